@@ -1,0 +1,29 @@
+# pgpong: every target creates .venv when it is missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: train test bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Re-install when the package description changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[test]"
+	@touch $@
+
+train: $(VENV)/.installed
+	$(BIN)/pgpong train $(ARGS)
+
+test: $(VENV)/.installed
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest $(ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/pgpong bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from pgpong.cli import main
+
+sys.exit(main())

@@ -1,0 +1,193 @@
+"""Checkpoints: atomic, versioned, checksummed .npz files that never need pickle.
+
+A checkpoint holds the weights under the names W1 (H, 6400) and W2 (H,), the
+RMSProp cache, and a JSON header (counters, running reward, learning settings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgpong.frames import D
+from pgpong.policy import Params
+
+FORMAT = "pgpong-checkpoint"
+VERSION = 1
+ARRAYS = ("W1", "W2", "cache_W1", "cache_W2")
+_NAME = re.compile(r"^ckpt-(\d{6,})\.npz$")
+
+
+class CheckpointError(ValueError):
+    """A file is not a usable checkpoint; the message names the file and the problem."""
+
+
+@dataclass
+class TrainingState:
+    """Everything needed to continue a run exactly where it stopped."""
+
+    weights: Params
+    cache: Params
+    batch: int = 0  # batches completed
+    episodes: int = 0
+    env_steps: int = 0
+    running_reward: float | None = None
+    wall_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)  # settings the run was made with
+
+
+def checkpoint_path(directory: Path, batch: int) -> Path:
+    return directory / f"ckpt-{batch:06d}.npz"
+
+
+def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Path:
+    """Write atomically (temp file, fsync, rename), then prune to the newest `keep`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "W1": state.weights.W1,
+        "W2": state.weights.W2,
+        "cache_W1": state.cache.W1,
+        "cache_W2": state.cache.W2,
+    }
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "batch": state.batch,
+        "episodes": state.episodes,
+        "env_steps": state.env_steps,
+        "running_reward": state.running_reward,
+        "wall_s": state.wall_s,
+        "info": state.info,
+        "sha256": _digest(arrays),
+    }
+    path = checkpoint_path(directory, state.batch)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(directory)
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: Path) -> TrainingState:
+    """Read and verify a checkpoint; raise CheckpointError saying what is wrong."""
+    arrays, header = _read(path)
+    if header.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a pgpong checkpoint (no pgpong header)")
+    if header.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {header.get('version')!r}, this pgpong reads version {VERSION}"
+        )
+    missing = [name for name in ARRAYS if name not in arrays]
+    if missing:
+        raise CheckpointError(f"{path}: missing arrays {', '.join(missing)}")
+    if _digest(arrays) != header.get("sha256"):
+        raise CheckpointError(f"{path}: checksum mismatch, the file is corrupted")
+    weights = _checked_params(path, arrays["W1"], arrays["W2"])
+    cache = _checked_params(path, arrays["cache_W1"], arrays["cache_W2"])
+    if cache.W1.shape != weights.W1.shape:
+        raise CheckpointError(f"{path}: RMSProp cache shape {cache.W1.shape} differs from W1 {weights.W1.shape}")
+    try:
+        return TrainingState(
+            weights=weights,
+            cache=cache,
+            batch=int(header["batch"]),
+            episodes=int(header["episodes"]),
+            env_steps=int(header["env_steps"]),
+            running_reward=None if header["running_reward"] is None else float(header["running_reward"]),
+            wall_s=float(header["wall_s"]),
+            info=dict(header.get("info", {})),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: bad header field ({exc})") from None
+
+
+def load_weights(path: Path) -> Params:
+    """The policy weights of a pgpong checkpoint, or of any .npz with W1 (H, 6400) and W2 (H,)."""
+    arrays, header = _read(path, need_header=False)
+    if header:
+        return load_checkpoint(path).weights
+    if "W1" not in arrays or "W2" not in arrays:
+        raise CheckpointError(f"{path}: no arrays named W1 and W2")
+    return _checked_params(path, arrays["W1"], arrays["W2"])
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in `directory`, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise CheckpointError(f"{path}: a single array, not a checkpoint archive")
+            arrays = {name: data[name] for name in data.files}
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise CheckpointError(f"{path}: truncated or damaged file ({exc or type(exc).__name__})") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path}: not a readable .npz file ({exc})") from None
+    raw = arrays.pop("header", None)
+    if raw is None:
+        if need_header:
+            raise CheckpointError(f"{path}: not a pgpong checkpoint (no pgpong header)")
+        return arrays, {}
+    try:
+        header = json.loads(raw.tobytes().decode())
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: damaged header ({exc})") from None
+    return arrays, header
+
+
+def _checked_params(path: Path, W1: np.ndarray, W2: np.ndarray) -> Params:
+    if W1.ndim != 2 or W1.shape[1] != D or W2.shape != (W1.shape[0],):
+        raise CheckpointError(f"{path}: wrong shapes W1 {W1.shape}, W2 {W2.shape}; expected (H, {D}) and (H,)")
+    if not (np.issubdtype(W1.dtype, np.floating) and np.issubdtype(W2.dtype, np.floating)):
+        raise CheckpointError(f"{path}: W1 and W2 must be floating point, got {W1.dtype} and {W2.dtype}")
+    if not (np.isfinite(W1).all() and np.isfinite(W2).all()):
+        raise CheckpointError(f"{path}: weights contain NaN or infinity")
+    return Params.of(W1, W2)
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in ARRAYS:
+        a = arrays[name]
+        h.update(f"{name}{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,189 @@
+"""`pgpong train | bench`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from pgpong import __version__
+from pgpong.config import ConfigError, settings
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+BLAS_NOTE = """\
+BLAS threads: each rollout worker is pinned to one BLAS/OpenMP thread (threadpoolctl
+in the worker, and OMP/OPENBLAS/MKL_NUM_THREADS=1 in its environment), so N workers
+use N cores instead of fighting over them. Exporting those variables yourself after
+Python has imported numpy has no effect; pgpong does it for you.
+"""
+
+
+SHOWN_DEFAULTS = {"iterations": "no limit", "workers": "the CPUs of the Ray cluster", "max_episode_steps": "full matches"}
+METAVARS = {"env_id": "ID", "learning_rate": "RATE", "gamma": "GAMMA", "decay_rate": "RATE"}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop like Ctrl-C, with exit status 143."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pgpong", description="Policy-gradient Pong from pixels, on Ray.")
+    parser.add_argument("--version", action="version", version=f"pgpong {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    train = sub.add_parser(
+        "train",
+        help="train a policy (resumes when --run-dir holds a run)",
+        description="Train the policy network with REINFORCE, playing each batch's episodes in parallel.",
+        epilog=BLAS_NOTE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_train_arguments(train)
+    return parser
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    types = {"env_id": str, "learning_rate": float, "gamma": float, "decay_rate": float}
+    for f in settings():
+        flags = ["--" + f.name.replace("_", "-")]
+        if f.name == "learning_rate":
+            flags.append("--lr")
+        default = SHOWN_DEFAULTS.get(f.name, f.default)
+        p.add_argument(
+            *flags,
+            dest=f.name,
+            type=types.get(f.name, int),
+            default=None,
+            metavar=METAVARS.get(f.name, "N"),
+            help=f"{f.metadata['help']} (default: {default})",
+        )
+    p.add_argument("--run-dir", type=Path, default=None, metavar="DIR", help="run directory (default: runs/<env>__<seed>__<time>); an existing run is resumed")
+    p.add_argument("--resume-from", type=Path, default=None, metavar="FILE", help="resume from this checkpoint instead of the newest good one")
+    p.add_argument("--address", default=None, help="address HOST:PORT of an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument("--redis-address", dest="redis_address", default=None, help=argparse.SUPPRESS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        if args.command == "train":
+            return train(args)
+        raise AssertionError(args.command)
+    except (ConfigError, ValueError) as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"pgpong: error: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+def train(args: argparse.Namespace) -> int:
+    from pgpong.envs import check_env_id
+    from pgpong.trainer import Trainer, create_run_files, default_run_dir, open_run
+    from pgpong.workers import ClusterError, LocalPool, PoolError, RayPool, start_ray, stop_ray
+    from pgpong.runlog import RunLog
+
+    given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
+    address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
+    if args.redis_address and not args.address:
+        print("pgpong: note: --redis-address is the old name of --address", file=sys.stderr)
+
+    # Everything is checked before anything is written.
+    from pgpong.config import TrainConfig
+
+    probe = TrainConfig(**given).validate() if args.run_dir is None else None
+    run_dir = args.run_dir or default_run_dir(probe)
+    run = open_run(run_dir, given, args.resume_from)
+    config = run.config
+    check_env_id(config.env_id)
+    _check_writable(run_dir)
+
+    pool = None
+    log = RunLog(run.progress_path)
+    try:
+        if config.workers == 0:
+            pool = LocalPool(config.env_id, config.max_episode_steps, config.gamma)
+        else:
+            start_ray(address)
+            signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
+            pool = RayPool(config.env_id, config.max_episode_steps, config.gamma, config.workers)
+        create_run_files(run, _run_info(address))
+        for message in run.skipped:
+            log.say(f"pgpong: skipped a bad checkpoint: {message}")
+        where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
+        start = f"resuming from batch {run.state.batch} ({run.resumed_from})" if run.resumed_from else "new run"
+        log.say(f"pgpong: {start} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {where}")
+        Trainer(config, run, pool, log).train()
+        log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
+        return 0
+    except (ClusterError, ConfigError) as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    except PoolError as exc:
+        return _fail(f"{exc}. The last completed batch is saved; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
+        status = EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+        print(
+            f"\npgpong: stopped after batch {run.state.batch}; its checkpoint is kept. "
+            f"Resume with: {_resume_command(run_dir)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return status
+    finally:
+        if pool is not None:
+            pool.close()
+        stop_ray()
+
+
+def _resume_command(run_dir: Path) -> str:
+    return f"pgpong train --run-dir {shlex.quote(str(run_dir))}"
+
+
+def _check_writable(path: Path) -> None:
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write the run directory {path}: {existing} is not a writable directory")
+
+
+def _run_info(address: str | None) -> dict:
+    from importlib.metadata import version
+
+    versions = {}
+    for package in ("pgpong", "numpy", "scipy", "gymnasium", "ale-py", "ray"):
+        try:
+            versions[package] = version(package)
+        except Exception:
+            versions[package] = None
+    return {
+        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "ray_address": address or "local",
+        "versions": versions,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

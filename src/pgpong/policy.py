@@ -1,0 +1,130 @@
+"""The policy network (two layers, no biases), its gradient, and RMSProp.
+
+    h = relu(W1 x),  p = sigmoid(W2 . h) = P(action UP)
+
+W1 has shape (H, D) as in SPEC, but is stored in Fortran (column-major) order so
+that the column of one pixel is contiguous: with a sparse input x the forward pass
+only reads the columns of its few non-zero pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from pgpong.frames import D
+
+DTYPE = np.float32
+# Stream of the initial weights; episode seeds are [seed, batch, episode] with
+# batch < 2**32 - 1, so the two never meet.
+INIT_STREAM = 2**32 - 1
+
+
+@dataclass
+class Params:
+    """A pair (W1, W2): the weights, a gradient, or an RMSProp cache."""
+
+    W1: np.ndarray  # (H, D), Fortran order
+    W2: np.ndarray  # (H,)
+
+    @classmethod
+    def initial(cls, hidden: int, seed: int, inputs: int = D) -> "Params":
+        """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H)."""
+        rng = np.random.default_rng(np.random.SeedSequence([seed, INIT_STREAM]))
+        W1 = rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)
+        W2 = rng.standard_normal(hidden) / np.sqrt(hidden)
+        return cls.of(W1, W2)
+
+    @classmethod
+    def of(cls, W1: np.ndarray, W2: np.ndarray, dtype: type = DTYPE) -> "Params":
+        """Own, writable copies in the layout pgpong computes with."""
+        return cls(np.array(W1, dtype=dtype, order="F"), np.array(W2, dtype=dtype))
+
+    def zeros_like(self) -> "Params":
+        return Params(np.zeros_like(self.W1, order="F"), np.zeros_like(self.W2))
+
+    def copy(self) -> "Params":
+        return Params.of(self.W1, self.W2, self.W1.dtype)
+
+    def add_(self, other: "Params") -> "Params":
+        self.W1 += other.W1
+        self.W2 += other.W2
+        return self
+
+    @property
+    def hidden(self) -> int:
+        return self.W2.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.W1.nbytes + self.W2.nbytes
+
+
+def forward(weights: Params, indices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, float]:
+    """Hidden activations and P(UP) for one sparse input (indices, values)."""
+    h = weights.W1[:, indices] @ values.astype(weights.W1.dtype)
+    np.maximum(h, 0, out=h)
+    logit = float(h @ weights.W2)
+    return h, _sigmoid(logit)
+
+
+def forward_dense(weights: Params, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The same forward pass with a dense input: the reference the sparse one must match."""
+    h = np.maximum(weights.W1 @ x, 0)
+    return h, _sigmoid(float(h @ weights.W2))
+
+
+def inputs_matrix(indices: np.ndarray, values: np.ndarray, indptr: np.ndarray, inputs: int = D) -> sp.csr_matrix:
+    """The inputs of an episode as a sparse (T, D) matrix: row t holds x_t."""
+    steps = len(indptr) - 1
+    return sp.csr_matrix((values.astype(DTYPE), indices, indptr), shape=(steps, inputs))
+
+
+def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> Params:
+    """Gradient of sum_t dlogit_t * logit_t w.r.t. the weights, for inputs X (T, D).
+
+    dlogits are the advantage-weighted (y_t - p_t) of SPEC section 4. The hidden
+    activations are recomputed from the sparse inputs (cheaper than keeping 200
+    floats for every step).
+    """
+    dlogits = dlogits.astype(weights.W1.dtype, copy=False)
+    hs = np.asarray(X @ weights.W1.T)  # (T, H)
+    np.maximum(hs, 0, out=hs)
+    dW2 = hs.T @ dlogits
+    dh = np.outer(dlogits, weights.W2)  # (T, H)
+    dh[hs <= 0] = 0
+    dW1 = np.asarray(X.T @ dh).T  # (H, D), Fortran order as a transposed view
+    return Params(dW1, dW2)
+
+
+class RMSProp:
+    """cache <- decay*cache + (1-decay)*g^2;  W <- W + lr * g / (sqrt(cache) + eps).
+
+    Gradient *ascent*: the update adds the gradient of the expected reward.
+    """
+
+    eps = 1e-5
+
+    def __init__(self, learning_rate: float, decay_rate: float, cache: Params):
+        self.learning_rate = learning_rate
+        self.decay_rate = decay_rate
+        self.cache = cache
+
+    def step(self, weights: Params, grad: Params) -> None:
+        for name in ("W1", "W2"):
+            w, g, c = getattr(weights, name), getattr(grad, name), getattr(self.cache, name)
+            c *= self.decay_rate
+            c += (1 - self.decay_rate) * g * g
+            w += self.learning_rate * g / (np.sqrt(c) + self.eps)
+
+
+def _sigmoid(z: float) -> float:
+    # Two branches so that exp never overflows.
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)

@@ -1,0 +1,194 @@
+"""The training loop: publish weights, play a batch, sum gradients in episode order,
+one RMSProp step, log a row, checkpoint. Plus opening a run directory (new or resumed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from pgpong.checkpoint import CheckpointError, TrainingState, list_checkpoints, load_checkpoint, save_checkpoint
+from pgpong.config import ConfigError, TrainConfig, load_config, save_config
+from pgpong.policy import Params, RMSProp
+from pgpong.rollout import EpisodeId
+from pgpong.runlog import BatchRow, RunLog
+from pgpong.workers import Pool
+
+RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run: "Run", pool: Pool, log: RunLog):
+        self.config = config
+        self.run = run
+        self.pool = pool
+        self.log = log
+        self.state = run.state
+        self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
+
+    def train(self) -> TrainingState:
+        cfg, state, pool = self.config, self.state, self.pool
+        wall_at_start, started = state.wall_s, time.monotonic()
+        while cfg.iterations is None or state.batch < cfg.iterations:
+            began = time.monotonic()
+            replaced_before = pool.replaced
+            episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
+            grad = state.weights.zeros_like()
+            scores, lengths = [], []
+            for result in pool.play_batch(state.weights, episodes):  # in episode order
+                grad.add_(result.grad)
+                scores.append(result.score)
+                lengths.append(result.steps)
+                state.running_reward = _running(state.running_reward, result.score)
+            self.optimizer.step(state.weights, grad)
+
+            batch_s = time.monotonic() - began
+            state.batch += 1
+            state.episodes += len(episodes)
+            state.env_steps += sum(lengths)
+            state.wall_s = wall_at_start + time.monotonic() - started
+            row = BatchRow(
+                batch=state.batch,
+                episodes=state.episodes,
+                env_steps=state.env_steps,
+                wall_s=state.wall_s,
+                batch_s=batch_s,
+                running_reward=state.running_reward,
+                score_mean=float(np.mean(scores)),
+                score_min=min(scores),
+                score_max=max(scores),
+                episode_len_mean=float(np.mean(lengths)),
+                steps_per_s=sum(lengths) / batch_s,
+                batch_episodes=len(episodes),
+                workers=pool.num_workers,
+                workers_replaced=pool.replaced - replaced_before,
+            )
+            with signals_deferred():  # a row and its checkpoint are written together or not at all
+                self.log.write(row)
+                save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
+        return state
+
+
+def _running(running: float | None, score: float) -> float:
+    return score if running is None else RUNNING_DECAY * running + (1 - RUNNING_DECAY) * score
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block is done, then deliver them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+# ---- the run directory -----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Run:
+    """A run directory and the state training continues from."""
+
+    directory: Path
+    config: TrainConfig
+    state: TrainingState
+    resumed_from: Path | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)  # damaged checkpoints passed over
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "config.json"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.directory / "progress.csv"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.directory / "checkpoints"
+
+
+def default_run_dir(config: TrainConfig, root: Path = Path("runs")) -> Path:
+    env = config.env_id.replace("/", "-")
+    return root / f"{env}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> Run:
+    """Plan a new run or a resumed one, reading but writing nothing.
+
+    `given` holds the settings the user gave. Resuming keeps the saved learning
+    settings: giving a different one is refused.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"run directory {directory} exists and is not a directory")
+    config_file = directory / "config.json"
+    if not config_file.exists():
+        if resume_from is not None:
+            raise ConfigError(f"--resume-from needs an existing run: {directory} has no config.json")
+        if directory.exists() and any(directory.iterdir()):
+            raise ConfigError(f"run directory {directory} is not empty and holds no pgpong run (no config.json)")
+        config = TrainConfig(**given).validate()
+        state = TrainingState(weights=Params.initial(config.hidden, config.seed), cache=None)  # type: ignore[arg-type]
+        state.cache = state.weights.zeros_like()
+        return Run(directory, config, state)
+
+    saved = load_config(config_file)
+    config = dataclasses.replace(saved, **given).validate()
+    changed = saved.learning_differences(config)
+    if changed:
+        what = ", ".join(f"--{n.replace('_', '-')} {getattr(saved, n)} -> {getattr(config, n)}" for n in changed)
+        raise ConfigError(
+            f"run {directory} was made with other settings ({what}); a resumed run must keep them: "
+            "drop those flags, or start a new run with another --run-dir"
+        )
+    run = Run(directory, config, state=None)  # type: ignore[arg-type]
+    run.state, run.resumed_from, run.skipped = _resume_state(run, resume_from)
+    return run
+
+
+def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Path | None, list[str]]:
+    if resume_from is not None:
+        state = load_checkpoint(resume_from)
+        _check_fits(run.config, state, resume_from)
+        return state, resume_from, []
+    skipped = []
+    for path in reversed(list_checkpoints(run.checkpoints)):
+        try:
+            state = load_checkpoint(path)
+            _check_fits(run.config, state, path)
+            return state, path, skipped
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+    # A run directory with no usable checkpoint starts again from the initial weights.
+    weights = Params.initial(run.config.hidden, run.config.seed)
+    return TrainingState(weights=weights, cache=weights.zeros_like()), None, skipped
+
+
+def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
+    if state.weights.hidden != config.hidden:
+        raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
+
+
+def create_run_files(run: Run, extra: dict) -> None:
+    """Write what the run needs before its first batch (config.json, trimmed progress)."""
+    run.directory.mkdir(parents=True, exist_ok=True)
+    if not os.access(run.directory, os.W_OK):
+        raise ConfigError(f"run directory {run.directory} is not writable")
+    save_config(run.config, run.config_path, extra)
+    if run.progress_path.exists():
+        RunLog(run.progress_path).trim(run.state.batch)

@@ -1,0 +1,136 @@
+"""The command line end to end, in subprocesses, on real Ray and the real ALE."""
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import PGPONG, run_pgpong
+from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.runlog import read_progress
+
+
+def assert_one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_help_lists_every_setting():
+    proc = run_pgpong("train", "--help")
+    assert proc.returncode == 0
+    for flag in ("--env-id", "--hidden", "--batch-size", "--learning-rate", "--lr", "--gamma", "--decay-rate",
+                 "--iterations", "--workers", "--seed", "--run-dir", "--address", "BLAS"):
+        assert flag in proc.stdout, flag
+    text = " ".join(proc.stdout.split())
+    assert "(default: 200)" in text and "(default: ALE/Pong-v5)" in text and "(default: no limit)" in text
+
+
+@pytest.mark.slow
+def test_train_end_to_end_on_ray(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_pgpong("train", "--iterations", "2", "--batch-size", "2", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "Ray worker" in proc.stdout
+    assert (run_dir / "config.json").exists()
+    rows = read_progress(run_dir / "progress.csv")
+    assert [r["batch"] for r in rows] == ["1", "2"]
+    for column in ("batch", "episodes", "env_steps", "wall_s", "batch_s", "running_reward", "score_mean",
+                   "score_min", "score_max", "episode_len_mean", "steps_per_s"):
+        assert column in rows[0]
+    assert int(rows[1]["episodes"]) == 4
+    assert float(rows[0]["episode_len_mean"]) > 500  # full matches
+    state = load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
+    assert state.batch == 2 and state.weights.W1.shape == (200, 6400)
+
+
+BAD_INPUTS = [
+    (["--batch-size", "0"], ["--batch-size"]),
+    (["--learning-rate", "-0.1"], ["--learning-rate"]),
+    (["--hidden", "0"], ["--hidden"]),
+    (["--gamma", "1.5"], ["--gamma"]),
+    (["--workers", "-1"], ["--workers"]),
+    (["--hidden", "many"], ["--hidden", "many"]),
+    (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment"]),
+]
+
+
+@pytest.mark.parametrize("flags, words", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, flags, words):
+    proc = run_pgpong("train", *flags, "--iterations", "1", cwd=tmp_path)
+    assert_one_line_error(proc, *words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreachable_address_fails_fast(tmp_path):
+    began = time.monotonic()
+    proc = run_pgpong("train", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"), timeout=60)
+    assert time.monotonic() - began < 30
+    assert_one_line_error(proc, "127.0.0.1:1")
+    assert not (tmp_path / "r").exists()
+
+
+def test_ray_address_environment_variable_is_honoured(tmp_path):
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), env={"RAY_ADDRESS": "127.0.0.1:1"}, timeout=60)
+    assert_one_line_error(proc, "127.0.0.1:1")
+
+
+def test_redis_address_is_an_alias(tmp_path):
+    proc = run_pgpong("train", "--redis-address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"), timeout=60)
+    assert proc.returncode == 2
+    assert "old name" in proc.stderr and "127.0.0.1:1" in proc.stderr
+
+
+def test_run_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    proc = run_pgpong("train", "--run-dir", str(f), "--iterations", "1")
+    assert_one_line_error(proc, str(f), "not a directory")
+    assert f.read_text() == "x"
+
+
+def test_resume_refuses_other_learning_settings(tmp_path):
+    run_dir = tmp_path / "r"
+    common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "50", "--run-dir", str(run_dir)]
+    assert run_pgpong("train", *common, "--hidden", "16", "--iterations", "1").returncode == 0
+    proc = run_pgpong("train", *common, "--hidden", "32", "--iterations", "2")
+    assert_one_line_error(proc, "--hidden 16 -> 32")
+    proc = run_pgpong("train", *common, "--iterations", "2")  # hidden 16 comes from the run
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from batch 1" in proc.stdout
+    assert len(read_progress(run_dir / "progress.csv")) == 2
+
+
+def wait_for_rows(path, count, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(read_progress(path)) >= count:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} rows in {path}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        [*PGPONG, "train", "--batch-size", "2", "--max-episode-steps", "400", "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for_rows(run_dir / "progress.csv", 2, proc)
+    proc.send_signal(signum)
+    began = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - began < 10
+    assert proc.returncode == status, err
+    assert "Traceback" not in err
+    assert f"pgpong train --run-dir {run_dir}" in err
+    done = len(read_progress(run_dir / "progress.csv"))
+    assert done >= 2
+    assert load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1]).batch == done

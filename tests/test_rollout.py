@@ -1,0 +1,106 @@
+"""Real ALE episodes: shapes, score range, reuse of one environment, dense reference."""
+
+import numpy as np
+import pytest
+
+from pgpong.envs import DOWN, UP, make_env
+from pgpong.frames import D, preprocess
+from pgpong.policy import Params
+from pgpong.returns import discounted_returns, standardise
+from pgpong.rollout import EpisodeId, episode_seeds, play_episode
+
+GAMMA = 0.99
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return Params.initial(hidden=200, seed=11)
+
+
+def assert_same_episode(a, b):
+    assert (a.score, a.steps) == (b.score, b.steps)
+    np.testing.assert_array_equal(a.grad.W1, b.grad.W1)
+    np.testing.assert_array_equal(a.grad.W2, b.grad.W2)
+
+
+def test_short_episode_gives_gradient_score_and_steps(weights):
+    env = make_env("ALE/Pong-v5", max_episode_steps=400)
+    result = play_episode(env, weights, EpisodeId(0, 0, 0), GAMMA)
+    assert result.steps == 400  # cut by the time limit
+    assert result.grad.W1.shape == (200, D) and result.grad.W2.shape == (200,)
+    assert result.grad.W1.dtype == np.float32
+    assert -21 <= result.score <= 21 and result.score < 0  # a random policy loses points
+    assert np.abs(result.grad.W1).sum() > 0 and np.isfinite(result.grad.W1).all()
+    assert result.record_bytes / result.steps < 1024
+
+
+def test_reused_environment_replays_an_episode_exactly(weights):
+    episode = EpisodeId(5, 3, 1)
+    fresh = play_episode(make_env("ALE/Pong-v5", 300), weights, episode, GAMMA)
+    used_env = make_env("ALE/Pong-v5", 300)
+    for k in range(3):  # play other episodes first
+        play_episode(used_env, weights, EpisodeId(9, 0, k), GAMMA)
+    again = play_episode(used_env, weights, episode, GAMMA)
+    assert_same_episode(fresh, again)
+    other = play_episode(used_env, weights, EpisodeId(5, 3, 2), GAMMA)
+    assert not np.array_equal(other.grad.W2, fresh.grad.W2)
+
+
+@pytest.mark.parametrize("env_id", ["Pong-v0", "PongNoFrameskip-v4"])
+def test_other_pong_ids_work_and_replay(weights, env_id):
+    env = make_env(env_id, 200)
+    a = play_episode(env, weights, EpisodeId(1, 0, 0), GAMMA)
+    play_episode(env, weights, EpisodeId(1, 0, 1), GAMMA)
+    b = play_episode(env, weights, EpisodeId(1, 0, 0), GAMMA)
+    assert a.steps == 200
+    assert_same_episode(a, b)
+
+
+def dense_reference(env, weights, episode, gamma):
+    """The original dense float64 computation, step by step (Karpathy's code, restated)."""
+    W1, W2 = weights.W1.astype(np.float64), weights.W2.astype(np.float64)
+    env_seed, rng = episode_seeds(episode)
+    uniforms = rng.random(4096)
+    obs, _ = env.reset(seed=env_seed)
+    prev = None
+    xs, hs, dlogps, rewards = [], [], [], []
+    while True:
+        cur = preprocess(obs).astype(np.float64)
+        x = cur - prev if prev is not None else np.zeros(D)
+        prev = cur
+        h = np.maximum(W1 @ x, 0)
+        p = 1 / (1 + np.exp(-(W2 @ h)))
+        up = uniforms[len(xs)] < p
+        xs.append(x), hs.append(h), dlogps.append(float(up) - p)
+        obs, r, term, trunc, _ = env.step(UP if up else DOWN)
+        rewards.append(r)
+        if term or trunc:
+            break
+    adv = standardise(discounted_returns(np.array(rewards), gamma))
+    eph, epx, epdlogp = np.vstack(hs), np.vstack(xs), np.array(dlogps) * adv
+    dW2 = eph.T @ epdlogp
+    dh = np.outer(epdlogp, W2)
+    dh[eph <= 0] = 0
+    dW1 = dh.T @ epx
+    return dW1, dW2, sum(rewards), len(rewards)
+
+
+def test_sparse_float32_episode_matches_dense_float64_reference(weights):
+    env = make_env("ALE/Pong-v5", 500)
+    episode = EpisodeId(2, 1, 0)
+    dW1, dW2, score, steps = dense_reference(env, weights, episode, GAMMA)
+    result = play_episode(env, weights, episode, GAMMA)
+    assert (result.score, result.steps) == (score, steps)
+    scale = np.abs(dW1).max()
+    np.testing.assert_allclose(result.grad.W1, dW1, atol=1e-4 * scale, rtol=1e-3)
+    np.testing.assert_allclose(result.grad.W2, dW2, atol=1e-4 * np.abs(dW2).max(), rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_full_match(weights):
+    env = make_env("ALE/Pong-v5")
+    result = play_episode(env, weights, EpisodeId(0, 0, 0), GAMMA)
+    assert result.score in range(-21, 0)  # an untrained policy loses the match...
+    assert result.score == -21 or result.steps > 700  # ...which ends at 21 points
+    assert 500 < result.steps < 27_000
+    assert result.record_bytes / result.steps < 1024

@@ -1,0 +1,112 @@
+"""The training loop: bit-identical across worker counts and across a resume."""
+
+import io
+
+import numpy as np
+import pytest
+
+from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.rollout import EpisodeResult
+from pgpong.runlog import RunLog, read_progress
+from pgpong.trainer import Trainer, create_run_files, open_run
+from pgpong.workers import LocalPool, RayPool
+
+SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
+TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers"}
+
+
+def train(run_dir, workers, iterations, ray=None, **overrides):
+    settings = {**SETTINGS, **overrides, "iterations": iterations, "workers": workers}
+    run = open_run(run_dir, settings)
+    create_run_files(run, {})
+    cfg = run.config
+    pool = LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma) if workers == 0 else RayPool(
+        cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers
+    )
+    try:
+        return Trainer(cfg, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+    finally:
+        pool.close()
+
+
+def learning_columns(run_dir):
+    return [{k: v for k, v in row.items() if k not in TIME_COLUMNS} for row in read_progress(run_dir / "progress.csv")]
+
+
+@pytest.mark.slow
+def test_weights_bit_identical_for_0_1_2_workers(tmp_path, ray_instance):
+    states = {w: train(tmp_path / f"w{w}", workers=w, iterations=3) for w in (0, 1, 2)}
+    base = states[0]
+    assert base.batch == 3 and base.episodes == 12
+    initial = open_run(tmp_path / "fresh", SETTINGS).state.weights
+    assert not np.array_equal(base.weights.W1, initial.W1)  # it did learn something
+    for w in (1, 2):
+        np.testing.assert_array_equal(states[w].weights.W1, base.weights.W1)
+        np.testing.assert_array_equal(states[w].weights.W2, base.weights.W2)
+        np.testing.assert_array_equal(states[w].cache.W1, base.cache.W1)
+        assert states[w].running_reward == base.running_reward
+        assert learning_columns(tmp_path / f"w{w}") == learning_columns(tmp_path / "w0")
+
+
+def test_different_seed_gives_different_weights(tmp_path):
+    a = train(tmp_path / "a", workers=0, iterations=1)
+    b = train(tmp_path / "b", workers=0, iterations=1, seed=8)
+    assert not np.array_equal(a.weights.W1, b.weights.W1)
+
+
+def test_resume_is_bit_identical_to_one_go(tmp_path):
+    one_go = train(tmp_path / "one", workers=0, iterations=4)
+    train(tmp_path / "split", workers=0, iterations=2)
+    resumed = train(tmp_path / "split", workers=0, iterations=4)
+
+    np.testing.assert_array_equal(resumed.weights.W1, one_go.weights.W1)
+    np.testing.assert_array_equal(resumed.weights.W2, one_go.weights.W2)
+    np.testing.assert_array_equal(resumed.cache.W1, one_go.cache.W1)
+    assert resumed.running_reward == one_go.running_reward
+    assert (resumed.batch, resumed.episodes, resumed.env_steps) == (one_go.batch, one_go.episodes, one_go.env_steps)
+    rows = learning_columns(tmp_path / "split")
+    assert [r["batch"] for r in rows] == ["1", "2", "3", "4"]
+    assert rows == learning_columns(tmp_path / "one")
+
+
+def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
+    state = train(tmp_path / "r", workers=0, iterations=5, keep_checkpoints=2, max_episode_steps=50, batch_size=1)
+    files = list_checkpoints(tmp_path / "r" / "checkpoints")
+    assert [f.name for f in files] == ["ckpt-000004.npz", "ckpt-000005.npz"]
+    saved = load_checkpoint(files[-1])
+    np.testing.assert_array_equal(saved.weights.W1, state.weights.W1)
+    assert saved.batch == 5 and saved.episodes == 5
+
+
+class ScriptedPool:
+    """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
+
+    num_workers = 0
+    replaced = 0
+
+    def __init__(self, scores):
+        self.scores = iter(scores)
+
+    def play_batch(self, weights, episodes):
+        for episode in episodes:
+            yield EpisodeResult(episode, weights.zeros_like(), next(self.scores), steps=100, seconds=0.1)
+
+    def close(self):
+        pass
+
+
+def test_running_reward_follows_the_spec(tmp_path):
+    scores = [-21.0, -19.0, -20.0, 5.0]
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
+    create_run_files(run, {})
+    Trainer(run.config, run, ScriptedPool(scores), RunLog(run.progress_path, out=io.StringIO())).train()
+    expected, r = [], None
+    for s in scores:
+        r = s if r is None else 0.99 * r + 0.01 * s
+        expected.append(r)
+    rows = read_progress(run.progress_path)
+    assert [float(row["running_reward"]) for row in rows] == pytest.approx([expected[1], expected[3]], abs=1e-5)
+    assert [row["episodes"] for row in rows] == ["2", "4"]
+    assert [row["env_steps"] for row in rows] == ["200", "400"]
+    assert [float(row["score_mean"]) for row in rows] == [-20.0, -7.5]
+    assert run.state.running_reward == expected[-1]

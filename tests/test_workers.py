@@ -1,0 +1,72 @@
+"""Pools: BLAS threads pinned in workers, results in episode order."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId
+from pgpong.workers import LocalPool, RayPool, check_address, ClusterError
+
+import pytest
+
+BLAS_PROBE = textwrap.dedent(
+    """
+    import json
+    from threadpoolctl import threadpool_info
+    from pgpong.workers import RayPool, start_ray
+    driver = [i["num_threads"] for i in threadpool_info()]
+    start_ray(None, num_cpus=2)
+    pool = RayPool("ALE/Pong-v5", 10, 0.99, 2)
+    print(json.dumps({"driver": driver, "workers": pool.blas_threads()}))
+    """
+)
+
+
+def test_workers_use_one_blas_thread_whatever_the_driver_environment():
+    many = {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "RAY_AUTH_MODE": "token"}
+    proc = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, **many})
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert max(report["driver"]) > 1  # the driver runs several BLAS threads...
+    assert len(report["workers"]) == 2
+    for worker in report["workers"]:
+        assert worker and all(n == 1 for n in worker)  # ...and every worker uses 1
+
+
+def test_local_pool_pins_one_thread_and_restores():
+    from threadpoolctl import threadpool_info
+
+    pool = LocalPool("ALE/Pong-v5", 10, 0.99)
+    try:
+        assert all(n == 1 for n in pool.worker.blas_threads())
+    finally:
+        pool.close()
+
+
+def test_ray_pool_yields_in_episode_order(ray_instance):
+    weights = Params.initial(16, 0)
+    # Episode 0 is long, the others short: they finish first but come out in order.
+    episodes = [EpisodeId(0, 0, k) for k in range(5)]
+    pool = RayPool("ALE/Pong-v5", 120, 0.99, 2)
+    try:
+        results = list(pool.play_batch(weights, episodes))
+    finally:
+        pool.close()
+    assert [r.episode for r in results] == episodes
+    local = LocalPool("ALE/Pong-v5", 120, 0.99)
+    expected = list(local.play_batch(weights, episodes))
+    local.close()
+    for a, b in zip(results, expected):
+        np.testing.assert_array_equal(a.grad.W1, b.grad.W1)
+
+
+@pytest.mark.parametrize("address", ["nonsense", "host:", ":123", "127.0.0.1:1"])
+def test_check_address_refuses(address):
+    with pytest.raises(ClusterError):
+        check_address(address, timeout=2)
