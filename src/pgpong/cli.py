@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Sequence
 
 from pgpong import __version__
+from pgpong.checkpoint import CheckpointError
 from pgpong.config import ConfigError, settings
+from pgpong.envs import UnknownEnvironment
 
 EXIT_BAD_INPUT = 2
+BAD_INPUT = (ConfigError, CheckpointError, UnknownEnvironment)
 EXIT_FAILED = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -84,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return train(args)
         raise AssertionError(args.command)
-    except (ConfigError, ValueError) as exc:
+    except BAD_INPUT as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
 
 
@@ -98,6 +101,7 @@ def _fail(message: str, status: int) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
+    from pgpong.config import TrainConfig
     from pgpong.envs import check_env_id
     from pgpong.trainer import Trainer, create_run_files, default_run_dir, open_run
     from pgpong.workers import ClusterError, LocalPool, PoolError, RayPool, start_ray, stop_ray
@@ -109,8 +113,6 @@ def train(args: argparse.Namespace) -> int:
         print("pgpong: note: --redis-address is the old name of --address", file=sys.stderr)
 
     # Everything is checked before anything is written.
-    from pgpong.config import TrainConfig
-
     probe = TrainConfig(**given).validate() if args.run_dir is None else None
     run_dir = args.run_dir or default_run_dir(probe)
     run = open_run(run_dir, given, args.resume_from)
@@ -136,7 +138,7 @@ def train(args: argparse.Namespace) -> int:
         Trainer(config, run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
-    except (ClusterError, ConfigError) as exc:
+    except (ClusterError, *BAD_INPUT) as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
     except PoolError as exc:
         return _fail(f"{exc}. The last completed batch is saved; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
