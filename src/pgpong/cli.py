@@ -35,7 +35,12 @@ METAVARS = {"env_id": "ID", "learning_rate": "RATE", "gamma": "GAMMA", "decay_ra
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: stop like Ctrl-C, with exit status 143."""
+    """SIGTERM arrived: stop like Ctrl-C, with exit status 143.
+
+    Ray may re-raise it as a plain KeyboardInterrupt, so the handler also notes it."""
+
+
+_terminated = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _raise_terminated(signum, frame) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated()
 
 
@@ -144,7 +151,7 @@ def train(args: argparse.Namespace) -> int:
         return _fail(f"{exc}. The last completed batch is saved; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
-        status = EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+        status = EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
         print(
             f"\npgpong: stopped after batch {run.state.batch}; its checkpoint is kept. "
             f"Resume with: {_resume_command(run_dir)}",
