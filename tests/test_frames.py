@@ -50,3 +50,27 @@ def test_identical_frames_give_empty_difference():
     mask = preprocess(blank_frame())
     indices, values = sparse_difference(mask, mask)
     assert len(indices) == 0 and len(values) == 0
+
+
+def test_frame_differ_equals_the_plain_functions_on_real_frames():
+    from pgpong.envs import make_env
+    from pgpong.frames import FrameDiffer
+
+    env = make_env("ALE/Pong-v5")
+    obs, _ = env.reset(seed=3)
+    differ = FrameDiffer()
+    differ.reset(obs)
+    previous = preprocess(obs)
+    rng = np.random.default_rng(0)
+    nonzero_steps = 0
+    for _ in range(300):
+        indices, values = differ.difference(obs)
+        current = preprocess(obs)
+        ref_indices, ref_values = sparse_difference(current, previous)
+        previous = current
+        np.testing.assert_array_equal(indices, ref_indices)
+        np.testing.assert_array_equal(values, ref_values)
+        assert values.dtype == np.int8
+        nonzero_steps += len(indices) > 0
+        obs, *_ = env.step(int(rng.integers(2, 4)))
+    assert nonzero_steps > 200  # the ball and paddles really moved

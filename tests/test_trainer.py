@@ -12,7 +12,7 @@ from pgpong.trainer import Trainer, create_run_files, open_run
 from pgpong.workers import LocalPool, RayPool
 
 SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
-TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers"}
+TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers", "barrier_s"}
 
 
 def train(run_dir, workers, iterations, ray=None, **overrides):
@@ -83,6 +83,7 @@ class ScriptedPool:
 
     num_workers = 0
     replaced = 0
+    last_batch = {}
 
     def __init__(self, scores):
         self.scores = iter(scores)

@@ -66,10 +66,10 @@ class Params:
 
 def forward(weights: Params, indices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, float]:
     """Hidden activations and P(UP) for one sparse input (indices, values)."""
-    h = weights.W1[:, indices] @ values.astype(weights.W1.dtype)
+    columns = weights.W1.T.take(indices, axis=0)  # (nnz, H): one contiguous row per pixel
+    h = values.astype(weights.W1.dtype) @ columns
     np.maximum(h, 0, out=h)
-    logit = float(h @ weights.W2)
-    return h, _sigmoid(logit)
+    return h, _sigmoid(float(h.dot(weights.W2)))
 
 
 def forward_dense(weights: Params, x: np.ndarray) -> tuple[np.ndarray, float]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pgpong.envs import DOWN, UP
-from pgpong.frames import preprocess, sparse_difference
+from pgpong.frames import FrameDiffer
 from pgpong.policy import Params, backward, forward, inputs_matrix
 from pgpong.returns import discounted_returns, standardise
 
@@ -88,19 +88,18 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
     record = EpisodeRecord()
+    frames = FrameDiffer()
     uniforms = rng.random(4096)
     emulator = prep = fwd = 0.0
 
     t0 = perf_counter()
     obs, _ = env.reset(seed=env_seed)
     t1 = perf_counter()
-    emulator += t1 - t0
-    previous = preprocess(obs)
+    reset = t1 - t0
+    frames.reset(obs)  # so the first input, with no previous frame, is all zeros
     while True:
         t0 = perf_counter()
-        current = preprocess(obs)
-        indices, values = sparse_difference(current, previous)
-        previous = current
+        indices, values = frames.difference(obs)
         t1 = perf_counter()
         _, p_up = forward(weights, indices, values)
         t2 = perf_counter()
@@ -128,6 +127,7 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     t1 = perf_counter()
     seconds = t1 - began
     timings = {
+        "reset": reset,
         "emulator": emulator,
         "preprocess": prep,
         "forward": fwd,

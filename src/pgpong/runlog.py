@@ -26,6 +26,7 @@ class BatchRow:
     batch_episodes: int  # episodes played in this batch
     workers: int
     workers_replaced: int  # workers replaced after a crash during this batch
+    barrier_s: float = 0.0  # mean seconds a worker sat idle waiting for the batch's slowest episode
 
     def console_line(self) -> str:
         line = (

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -32,48 +33,84 @@ class Trainer:
         self.log = log
         self.state = run.state
         self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
+        self._last_end: float | None = None  # wall time counts the gaps between batches too
 
     def train(self) -> TrainingState:
+        """Train until `iterations` batches are done in all (forever when it is None)."""
+        while self.config.iterations is None or self.state.batch < self.config.iterations:
+            self.train_batch()
+        return self.state
+
+    def train_batch(self) -> "BatchReport":
+        """One synchronous update: play the batch, sum its gradients, step, log, checkpoint."""
         cfg, state, pool = self.config, self.state, self.pool
-        wall_at_start, started = state.wall_s, time.monotonic()
-        while cfg.iterations is None or state.batch < cfg.iterations:
-            began = time.monotonic()
-            replaced_before = pool.replaced
-            episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
-            grad = state.weights.zeros_like()
-            scores, lengths = [], []
-            for result in pool.play_batch(state.weights, episodes):  # in episode order
+        began, clock = time.monotonic(), PhaseClock()
+        replaced_before = pool.replaced
+        episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
+        grad = state.weights.zeros_like()
+        scores, lengths, worker_time = [], [], Counter()
+        for result in pool.play_batch(state.weights, episodes):  # in episode order
+            with clock("sum gradients"):
                 grad.add_(result.grad)
-                scores.append(result.score)
-                lengths.append(result.steps)
-                state.running_reward = _running(state.running_reward, result.score)
+            scores.append(result.score)
+            lengths.append(result.steps)
+            worker_time.update(result.timings, record_bytes=result.record_bytes)
+            state.running_reward = _running(state.running_reward, result.score)
+        with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
 
-            batch_s = time.monotonic() - began
-            state.batch += 1
-            state.episodes += len(episodes)
-            state.env_steps += sum(lengths)
-            state.wall_s = wall_at_start + time.monotonic() - started
-            row = BatchRow(
-                batch=state.batch,
-                episodes=state.episodes,
-                env_steps=state.env_steps,
-                wall_s=state.wall_s,
-                batch_s=batch_s,
-                running_reward=state.running_reward,
-                score_mean=float(np.mean(scores)),
-                score_min=min(scores),
-                score_max=max(scores),
-                episode_len_mean=float(np.mean(lengths)),
-                steps_per_s=sum(lengths) / batch_s,
-                batch_episodes=len(episodes),
-                workers=pool.num_workers,
-                workers_replaced=pool.replaced - replaced_before,
-            )
-            with signals_deferred():  # a row and its checkpoint are written together or not at all
-                self.log.write(row)
-                save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
-        return state
+        batch_s = time.monotonic() - began
+        state.batch += 1
+        state.episodes += len(episodes)
+        state.env_steps += sum(lengths)
+        state.wall_s += batch_s if self._last_end is None else time.monotonic() - self._last_end
+        row = BatchRow(
+            batch=state.batch,
+            episodes=state.episodes,
+            env_steps=state.env_steps,
+            wall_s=state.wall_s,
+            batch_s=batch_s,
+            running_reward=state.running_reward,
+            score_mean=float(np.mean(scores)),
+            score_min=min(scores),
+            score_max=max(scores),
+            episode_len_mean=float(np.mean(lengths)),
+            steps_per_s=sum(lengths) / batch_s,
+            batch_episodes=len(episodes),
+            workers=pool.num_workers,
+            workers_replaced=pool.replaced - replaced_before,
+            barrier_s=pool.last_batch.get("barrier", 0.0),
+        )
+        with signals_deferred(), clock("checkpoint write"):  # a row and its checkpoint go together
+            self.log.write(row)
+            save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
+        self._last_end = time.monotonic()
+        phases = {**pool.last_batch, **clock.seconds}
+        return BatchReport(row, phases, dict(worker_time))
+
+
+@dataclasses.dataclass
+class BatchReport:
+    """A batch's row, plus where its time went (for `pgpong bench`)."""
+
+    row: BatchRow
+    phases: dict[str, float]  # driver-side seconds: publish, barrier, sum gradients, ...
+    worker_time: dict[str, float]  # summed over the batch's episodes: emulator, forward, ...
+
+
+class PhaseClock:
+    """Adds up the seconds spent in named phases."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
 
 
 def _running(running: float | None, score: float) -> float:

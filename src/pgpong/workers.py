@@ -36,6 +36,7 @@ class PoolError(RuntimeError):
 class Pool(Protocol):
     num_workers: int
     replaced: int  # workers replaced after a crash, since the pool started
+    last_batch: dict[str, float]  # seconds of the last batch: "publish weights", "barrier"
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]: ...
 
@@ -65,6 +66,7 @@ class LocalPool:
 
     num_workers = 0
     replaced = 0
+    last_batch: dict[str, float] = {}
 
     def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float):
         self._limit = threadpool_limits(1)
@@ -92,6 +94,7 @@ class RayPool:
         self._args = (env_id, max_episode_steps, gamma)
         self.num_workers = num_workers or cluster_cpus()
         self.replaced = 0
+        self.last_batch: dict[str, float] = {}
         self._actors = [self._start_actor() for _ in range(self.num_workers)]
         self._wait_ready(self._actors)
 
@@ -111,9 +114,12 @@ class RayPool:
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
         ray = self._ray
-        weights_ref = ray.put(weights)
+        began = time.perf_counter()
+        weights_ref = ray.put(weights)  # published once; every task reads it from the object store
+        self.last_batch = {"publish weights": time.perf_counter() - began}
         todo = deque(range(len(episodes)))
         idle = deque(self._actors)
+        idle_since: dict = {}  # actor -> when it ran out of work in this batch
         running: dict = {}  # object ref -> (actor, position in episodes)
         finished: dict[int, EpisodeResult] = {}
         next_out, failures, last_progress = 0, 0, time.monotonic()
@@ -136,6 +142,12 @@ class RayPool:
                     failures = 0
                     last_progress = time.monotonic()
                 idle.append(actor)
+                if not todo:
+                    idle_since.setdefault(actor, time.perf_counter())
+            if not running:  # the slowest episode is in: the barrier is over
+                end = time.perf_counter()
+                waited = sum(end - t for t in idle_since.values())
+                self.last_batch["barrier"] = waited / max(1, self.num_workers)
             while next_out in finished:
                 yield finished.pop(next_out)
                 next_out += 1
