@@ -61,7 +61,43 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_train_arguments(train)
+    bench = sub.add_parser(
+        "bench",
+        help="measure training speed against the environment's own ceiling",
+        description="Measure, in one run: the environment's ceiling (random play), training "
+        "throughput and its ratio to the ceiling, where the time goes, seconds per update for "
+        "several batch sizes, and memory. Prints Markdown tables (or --json).",
+    )
+    _add_bench_arguments(bench)
     return parser
+
+
+def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    from pgpong.bench import BenchOptions
+
+    d = BenchOptions()
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="Ray workers (default: the CPUs of the Ray cluster)")
+    p.add_argument("--env-id", default=d.env_id, metavar="ID", help=f"environment id (default: {d.env_id})")
+    p.add_argument("--batch-sizes", type=_int_list, default=d.batch_sizes, metavar="LIST",
+                   help="batch sizes of the seconds-per-update table (default: 1,10,60)")
+    p.add_argument("--train-batches", type=int, default=d.train_batches, metavar="N",
+                   help=f"batches of 10 measured for throughput, after a warm-up batch (default: {d.train_batches})")
+    p.add_argument("--update-batches", type=int, default=d.update_batches, metavar="N",
+                   help=f"batches timed per batch size, after a warm-up batch (default: {d.update_batches})")
+    p.add_argument("--ceiling-seconds", type=float, default=d.ceiling_seconds, metavar="S",
+                   help=f"seconds of random play for the ceiling (default: {d.ceiling_seconds:g})")
+    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut episodes short (default: full matches)")
+    p.add_argument("--memory-steps", type=int, default=d.memory_steps, metavar="N",
+                   help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return train(args)
+        if args.command == "bench":
+            return bench(args)
         raise AssertionError(args.command)
     except BAD_INPUT as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
@@ -163,6 +201,32 @@ def train(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.close()
         stop_ray()
+
+
+def bench(args: argparse.Namespace) -> int:
+    from pgpong.bench import BenchOptions, print_report, run_bench, validate
+    from pgpong.envs import check_env_id
+    from pgpong.workers import ClusterError, PoolError
+
+    opts = BenchOptions(
+        workers=args.workers, env_id=args.env_id, batch_sizes=args.batch_sizes, train_batches=args.train_batches,
+        update_batches=args.update_batches, ceiling_seconds=args.ceiling_seconds,
+        max_episode_steps=args.max_episode_steps, memory_steps=args.memory_steps,
+        address=args.address or os.environ.get("RAY_ADDRESS") or None,
+    )
+    validate(opts)
+    check_env_id(opts.env_id)
+    try:
+        report = run_bench(opts)
+    except ClusterError as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    except PoolError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        print("\npgpong: bench interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+    print_report(report, args.json)
+    return 0
 
 
 def _resume_command(run_dir: Path) -> str:

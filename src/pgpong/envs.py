@@ -32,10 +32,25 @@ def check_env_id(env_id: str) -> None:
         ) from None
 
 
-def make_env(env_id: str, max_episode_steps: int | None = None) -> gym.Env:
-    """Create the environment once; episodes reset it with their own seed."""
+def make_env(env_id: str, max_episode_steps: int | None = None, endless: bool = False) -> gym.Env:
+    """Create the environment once; episodes reset it with their own seed.
+
+    endless=True keeps starting new matches inside one episode until
+    max_episode_steps: a long episode on demand, for memory measurements.
+    """
     _register()
     with warnings.catch_warnings():
         # Pong-v0 is 'out of date' for Gymnasium, but it is the 2016 setting we support.
         warnings.simplefilter("ignore")
-        return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True)
+        if not endless:
+            return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True)
+        env = _EndlessMatches(gym.make(env_id, disable_env_checker=True))
+        return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
+
+
+class _EndlessMatches(gym.Wrapper):
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated:
+            obs, info = self.env.reset()
+        return obs, reward, False, truncated, info

@@ -117,9 +117,16 @@ class RMSProp:
     def step(self, weights: Params, grad: Params) -> None:
         for name in ("W1", "W2"):
             w, g, c = getattr(weights, name), getattr(grad, name), getattr(self.cache, name)
+            scratch = np.empty_like(g)  # one temporary instead of five
+            np.multiply(g, g, out=scratch)
+            scratch *= 1 - self.decay_rate
             c *= self.decay_rate
-            c += (1 - self.decay_rate) * g * g
-            w += self.learning_rate * g / (np.sqrt(c) + self.eps)
+            c += scratch  # cache <- decay * cache + (1 - decay) * g^2
+            np.sqrt(c, out=scratch)
+            scratch += self.eps
+            np.divide(g, scratch, out=scratch)
+            scratch *= self.learning_rate
+            w += scratch  # W <- W + lr * g / (sqrt(cache) + eps)
 
 
 def _sigmoid(z: float) -> float:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 import time
 from collections import deque
 from typing import Iterator, Protocol
 
+import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from pgpong.envs import make_env
+from pgpong.envs import DOWN, UP, make_env
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId, EpisodeResult, play_episode
 
@@ -46,13 +48,37 @@ class Pool(Protocol):
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float):
+    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
         threadpool_limits(1)
-        self.env = make_env(env_id, max_episode_steps)
+        self.env = make_env(env_id, max_episode_steps, endless)
         self.gamma = gamma
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
         return play_episode(self.env, weights, episode, self.gamma)
+
+    def random_play(self, seconds: float, seed: int) -> dict[str, float]:
+        """The environment alone: random UP/DOWN for `seconds`, each match reset with its
+        own seed as training does. Returns steps, matches and seconds (in resets, in all)."""
+        rng = np.random.default_rng(seed)
+        actions = rng.choice([UP, DOWN], size=4096)
+        steps = matches = 0
+        reset_s = 0.0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            t = time.perf_counter()
+            self.env.reset(seed=int(rng.integers(2**32)))
+            reset_s += time.perf_counter() - t
+            matches += 1
+            done = False
+            while not done and time.perf_counter() - began < seconds:
+                _, _, terminated, truncated, _ = self.env.step(actions[steps % len(actions)])
+                steps += 1
+                done = terminated or truncated
+        return {"steps": steps, "matches": matches, "seconds": time.perf_counter() - began, "reset_s": reset_s}
+
+    def peak_rss(self) -> int:
+        """Peak resident memory of this process so far, in bytes."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def ready(self) -> int:
         return os.getpid()
@@ -162,7 +188,11 @@ class RayPool:
         return fresh
 
     def blas_threads(self) -> list[list[int]]:
-        return self._ray.get([actor.blas_threads.remote() for actor in self._actors])
+        return self.call_all("blas_threads")
+
+    def call_all(self, method: str, *args) -> list:
+        """Call a RolloutWorker method on every worker at once; their answers in order."""
+        return self._ray.get([getattr(actor, method).remote(*args) for actor in self._actors])
 
     def close(self) -> None:
         for actor in self._actors:

@@ -1,0 +1,220 @@
+"""`pgpong bench`: training throughput against the environment's own ceiling, where
+the time goes, seconds per update for several batch sizes, and memory; in one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pgpong.config import ConfigError, TrainConfig
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId
+from pgpong.runlog import RunLog
+from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
+from pgpong.workers import RayPool, RolloutWorker, cluster_cpus, start_ray, stop_ray
+
+PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
+PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
+ORIGINAL_BYTES_PER_STEP = 6400 * 8 + 200 * 8 + 3 * 8  # float64 x, h, dlogp, reward, as the original keeps them
+
+
+@dataclass
+class BenchOptions:
+    workers: int | None = None
+    env_id: str = "ALE/Pong-v5"
+    batch_sizes: tuple[int, ...] = (1, 10, 60)
+    train_batches: int = 3  # measured after one warm-up batch
+    update_batches: int = 2  # per batch size, after one warm-up batch
+    ceiling_seconds: float = 10.0
+    max_episode_steps: int | None = None
+    memory_steps: int = 10_000
+    address: str | None = None
+    seed: int = 0
+
+
+def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, Any]:
+    say = lambda text: print(f"bench: {text}", file=progress, flush=True)  # noqa: E731
+    start_ray(opts.address)
+    try:
+        workers = opts.workers or cluster_cpus()
+        pool = RayPool(opts.env_id, opts.max_episode_steps, 0.99, workers)
+        try:
+            report: dict[str, Any] = {"setup": _setup(opts, workers)}
+            say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
+            report["ceiling"] = _ceiling(pool, opts.ceiling_seconds)
+            say(f"training: batch 10, 1 warm-up + {opts.train_batches} batches")
+            reports = _train(pool, opts, batch_size=10, batches=opts.train_batches)
+            report["training"] = _training_figures(reports, report["ceiling"])
+            report["time"] = _where_time_goes(reports)
+            report["updates"] = []
+            for size in opts.batch_sizes:
+                say(f"seconds per update: batch {size}, 1 warm-up + {opts.update_batches} batches")
+                times = [r.row.batch_s for r in _train(pool, opts, batch_size=size, batches=opts.update_batches)]
+                report["updates"].append(
+                    {"batch_size": size, "workers": workers, "seconds_median": statistics.median(times), "seconds": times}
+                )
+        finally:
+            pool.close()
+        say(f"memory: one worker playing a {opts.memory_steps:,}-step episode")
+        report["memory"] = _memory(opts, reports)
+        return report
+    finally:
+        stop_ray()
+
+
+def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
+    return {
+        "env_id": opts.env_id,
+        "workers": workers,
+        "cpus": os.cpu_count(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "python": platform.python_version(),
+        "max_episode_steps": opts.max_episode_steps,
+    }
+
+
+def _ceiling(pool: RayPool, seconds: float) -> dict[str, float]:
+    """All workers step the environment at once with random actions, nothing else."""
+    runs = pool.call_all("random_play", seconds, 12345)
+    wall = max(r["seconds"] for r in runs)
+    steps = sum(r["steps"] for r in runs)
+    stepping = sum(r["steps"] / (r["seconds"] - r["reset_s"]) for r in runs)
+    return {
+        "steps_per_s": steps / wall,
+        "stepping_only_steps_per_s": stepping,  # without the seeded resets between matches
+        "reset_s_per_match": sum(r["reset_s"] for r in runs) / max(1, sum(r["matches"] for r in runs)),
+        "matches": sum(r["matches"] for r in runs),
+    }
+
+
+def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> list[BatchReport]:
+    """The real trainer (checkpoints included) in a scratch run directory; warm-up dropped."""
+    settings = {"env_id": opts.env_id, "batch_size": batch_size, "seed": opts.seed,
+                "max_episode_steps": opts.max_episode_steps, "keep_checkpoints": 1}
+    with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
+        run = open_run(Path(scratch) / "run", settings)
+        create_run_files(run, {"bench": True})
+        trainer = Trainer(run.config, run, pool, RunLog(run.progress_path, out=open(os.devnull, "w")))
+        return [trainer.train_batch() for _ in range(batches + 1)][1:]
+
+
+def _training_figures(reports: list[BatchReport], ceiling: dict[str, float]) -> dict[str, float]:
+    per_batch = [r.row.steps_per_s for r in reports]
+    steps = sum(_batch_steps(r) for r in reports)
+    seconds = sum(r.row.batch_s for r in reports)
+    median = statistics.median(per_batch)
+    return {
+        "steps_per_s_median": median,
+        "steps_per_s_overall": steps / seconds,
+        "ratio_to_ceiling": median / ceiling["steps_per_s"],
+        "ratio_to_stepping_only": median / ceiling["stepping_only_steps_per_s"],
+        "seconds_per_batch_median": statistics.median(r.row.batch_s for r in reports),
+        "episode_len_mean": statistics.mean(r.row.episode_len_mean for r in reports),
+        "batches": len(reports),
+    }
+
+
+def _batch_steps(report: BatchReport) -> float:
+    return report.row.episode_len_mean * report.row.batch_episodes
+
+
+def _where_time_goes(reports: list[BatchReport]) -> dict[str, dict[str, float]]:
+    steps = sum(_batch_steps(r) for r in reports)
+    episodes = sum(r.row.batch_episodes for r in reports)
+    total = lambda key: sum(r.worker_time.get(key, 0.0) for r in reports)  # noqa: E731
+    batch_s = statistics.mean(r.row.batch_s for r in reports)
+    per_batch = {name: statistics.mean(r.phases.get(name, 0.0) for r in reports) for name in PER_BATCH}
+    return {
+        "worker_us_per_step": {name: 1e6 * total(name) / steps for name in PER_STEP},
+        "worker_ms_per_episode": {"reset": 1e3 * total("reset") / episodes, "backward": 1e3 * total("backward") / episodes},
+        "driver_ms_per_batch": {name: 1e3 * s for name, s in per_batch.items()},
+        "driver_share_of_batch": {name: s / batch_s for name, s in per_batch.items()},
+    }
+
+
+def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
+    """Bytes per step of the episode records, and a fresh worker's peak RSS on a long episode."""
+    import ray
+
+    steps = sum(_batch_steps(r) for r in reports)
+    record_bytes = sum(r.worker_time.get("record_bytes", 0) for r in reports)
+    probe_class = ray.remote(num_cpus=1)(RolloutWorker)
+    probe = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
+    try:
+        before = ray.get(probe.peak_rss.remote())
+        result = ray.get(probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0)))
+        peak = ray.get(probe.peak_rss.remote())
+    finally:
+        ray.kill(probe)
+    return {
+        "record_bytes_per_step": record_bytes / steps,
+        "original_bytes_per_step": ORIGINAL_BYTES_PER_STEP,
+        "long_episode_steps": result.steps,
+        "long_episode_record_bytes_per_step": result.record_bytes / result.steps,
+        "worker_rss_before_bytes": before,
+        "worker_peak_rss_bytes": peak,
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Markdown tables a user can paste into an issue."""
+    s, c, t, tm, m = (report[k] for k in ("setup", "ceiling", "training", "time", "memory"))
+    lines = [
+        f"pgpong bench: {s['env_id']}, {s['workers']} worker(s) on {s['cpus']} CPU(s), Python {s['python']}"
+        + (f", episodes cut at {s['max_episode_steps']} steps" if s["max_episode_steps"] else ", full matches"),
+        "",
+        "| throughput | env steps/s | ratio |",
+        "| --- | ---: | ---: |",
+        f"| ceiling: random play, seeded reset per match | {c['steps_per_s']:,.0f} | 1.00 |",
+        f"| ceiling without the resets (stepping only) | {c['stepping_only_steps_per_s']:,.0f} |"
+        f" {c['stepping_only_steps_per_s'] / c['steps_per_s']:.2f} |",
+        f"| training, batch 10 (median of {t['batches']}) | {t['steps_per_s_median']:,.0f} | **{t['ratio_to_ceiling']:.2f}** |",
+        "",
+        f"A seeded reset (ale-py reloads the ROM) costs {1e3 * c['reset_s_per_match']:.0f} ms per match; "
+        f"training reaches {t['ratio_to_stepping_only']:.2f} of the stepping-only rate.",
+        "",
+        "| inside a worker | time |",
+        "| --- | ---: |",
+    ]
+    lines += [f"| {name} | {us:,.1f} us/step |" for name, us in tm["worker_us_per_step"].items()]
+    lines += [f"| {name} | {ms:,.1f} ms/episode |" for name, ms in tm["worker_ms_per_episode"].items()]
+    lines += ["", "| in the driver, per batch | ms | share of the batch |", "| --- | ---: | ---: |"]
+    for name, ms in tm["driver_ms_per_batch"].items():
+        label = "barrier: workers idle, waiting for the slowest episode" if name == "barrier" else name
+        lines.append(f"| {label} | {ms:,.1f} | {100 * tm['driver_share_of_batch'][name]:.1f}% |")
+    lines += ["", "| batch size | workers | seconds per update (median) |", "| ---: | ---: | ---: |"]
+    lines += [f"| {u['batch_size']} | {u['workers']} | {u['seconds_median']:.2f} |" for u in report["updates"]]
+    lines += [
+        "",
+        "| memory | |",
+        "| --- | ---: |",
+        f"| episode record | {m['record_bytes_per_step']:,.0f} bytes/step (the original: {m['original_bytes_per_step']:,}) |",
+        f"| worker peak RSS, {m['long_episode_steps']:,}-step episode | {m['worker_peak_rss_bytes'] / 2**20:,.0f} MB"
+        f" (before it: {m['worker_rss_before_bytes'] / 2**20:,.0f} MB) |",
+    ]
+    return "\n".join(lines)
+
+
+def print_report(report: dict[str, Any], as_json: bool, out: TextIO = sys.stdout) -> None:
+    print(json.dumps(report, indent=2) if as_json else format_report(report), file=out, flush=True)
+
+
+def validate(opts: BenchOptions) -> None:
+    """Raise ConfigError on a value bench cannot use (shares TrainConfig's checks)."""
+    TrainConfig(env_id=opts.env_id, max_episode_steps=opts.max_episode_steps, workers=opts.workers).validate()
+    if opts.workers == 0:
+        raise ConfigError("--workers must be at least 1 for bench (it measures Ray workers)")
+    if not opts.batch_sizes or min(opts.batch_sizes) < 1:
+        raise ConfigError(f"--batch-sizes must be positive whole numbers, got {opts.batch_sizes}")
+    for name in ("train_batches", "update_batches", "memory_steps"):
+        if getattr(opts, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
+    if not opts.ceiling_seconds > 0:
+        raise ConfigError(f"--ceiling-seconds must be positive, got {opts.ceiling_seconds}")

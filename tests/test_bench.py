@@ -1,0 +1,71 @@
+"""`pgpong bench` with a tiny budget: every section present, numbers plausible."""
+
+import json
+
+import pytest
+
+from conftest import run_pgpong
+
+
+@pytest.mark.slow
+def test_bench_smoke_prints_every_section_with_plausible_numbers():
+    args = ["bench", "--workers", "2", "--batch-sizes", "1,2", "--train-batches", "1", "--update-batches", "1",
+            "--ceiling-seconds", "1.5", "--max-episode-steps", "150", "--memory-steps", "600"]
+    proc = run_pgpong(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+
+    assert report["setup"]["workers"] == 2
+    ceiling, training = report["ceiling"], report["training"]
+    assert ceiling["steps_per_s"] > 0 and ceiling["stepping_only_steps_per_s"] >= ceiling["steps_per_s"]
+    assert training["steps_per_s_median"] > 0
+    assert 0 < training["ratio_to_ceiling"] < 1.5
+    assert 0 < training["ratio_to_stepping_only"] < 1.5
+
+    per_step = report["time"]["worker_us_per_step"]
+    assert set(per_step) == {"emulator", "preprocess", "forward", "bookkeeping"}
+    assert all(v > 0 for v in per_step.values())
+    assert per_step["emulator"] > per_step["forward"]  # the emulator is the bulk of a step
+    assert report["time"]["worker_ms_per_episode"]["backward"] > 0
+    driver = report["time"]["driver_ms_per_batch"]
+    assert set(driver) == {"publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write"}
+    assert all(v >= 0 for v in driver.values()) and driver["checkpoint write"] > 0
+    assert all(0 <= share < 1 for share in report["time"]["driver_share_of_batch"].values())
+
+    assert [u["batch_size"] for u in report["updates"]] == [1, 2]
+    assert all(u["seconds_median"] > 0 and u["workers"] == 2 for u in report["updates"])
+
+    memory = report["memory"]
+    assert 0 < memory["record_bytes_per_step"] < 1024
+    assert memory["long_episode_steps"] == 600  # one long episode across several matches
+    assert 50 * 2**20 < memory["worker_peak_rss_bytes"] < 2**30
+
+
+def test_bench_text_output_has_every_table():
+    from pgpong.bench import format_report
+
+    report = {
+        "setup": {"env_id": "ALE/Pong-v5", "workers": 2, "cpus": 2, "python": "3.11", "max_episode_steps": None},
+        "ceiling": {"steps_per_s": 4000.0, "stepping_only_steps_per_s": 4400.0, "reset_s_per_match": 0.15, "matches": 9},
+        "training": {"steps_per_s_median": 3500.0, "ratio_to_ceiling": 0.875, "ratio_to_stepping_only": 0.8, "batches": 3},
+        "time": {
+            "worker_us_per_step": {"emulator": 400.0, "preprocess": 30.0, "forward": 20.0, "bookkeeping": 9.0},
+            "worker_ms_per_episode": {"reset": 150.0, "backward": 6.0},
+            "driver_ms_per_batch": {"publish weights": 3.0, "barrier": 500.0},
+            "driver_share_of_batch": {"publish weights": 0.001, "barrier": 0.1},
+        },
+        "updates": [{"batch_size": 10, "workers": 2, "seconds_median": 2.5}],
+        "memory": {"record_bytes_per_step": 93.0, "original_bytes_per_step": 52824, "long_episode_steps": 10000,
+                   "worker_peak_rss_bytes": 150 * 2**20, "worker_rss_before_bytes": 110 * 2**20},
+    }
+    text = format_report(report)
+    for needle in ("| 4,000 |", "**0.88**", "| emulator | 400.0 us/step |", "waiting for the slowest episode",
+                   "| 10 | 2 | 2.50 |", "93 bytes/step", "150 MB"):
+        assert needle in text, needle
+
+
+def test_bench_refuses_bad_values():
+    proc = run_pgpong("bench", "--batch-sizes", "0,10")
+    assert proc.returncode == 2 and "--batch-sizes" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_pgpong("bench", "--workers", "0")
+    assert proc.returncode == 2 and "--workers" in proc.stderr
