@@ -11,9 +11,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 PGPONG = [sys.executable, "-m", "pgpong"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_instance():
-    """One local Ray instance shared by the tests that need it."""
+    """One local Ray instance shared by a module's tests (test_cluster needs its own cluster)."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, logging_level="WARNING")
@@ -27,3 +27,26 @@ def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: P
     return subprocess.run(
         [*PGPONG, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
     )
+
+
+def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dict, pool=None):
+    """Train with the library API (LocalPool for workers=0, else a RayPool); returns the state."""
+    import io
+
+    from pgpong.runlog import RunLog
+    from pgpong.trainer import Trainer, create_run_files, open_run
+    from pgpong.workers import LocalPool, RayPool
+
+    run = open_run(run_dir, {**settings, "iterations": iterations, "workers": workers})
+    create_run_files(run, {})
+    cfg = run.config
+    own = pool is None
+    if own:
+        pool = LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma) if workers == 0 else RayPool(
+            cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers
+        )
+    try:
+        return Trainer(cfg, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+    finally:
+        if own:
+            pool.close()

@@ -9,24 +9,14 @@ from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.rollout import EpisodeResult
 from pgpong.runlog import RunLog, read_progress
 from pgpong.trainer import Trainer, create_run_files, open_run
-from pgpong.workers import LocalPool, RayPool
+from conftest import train_in_process
 
 SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
 TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers", "barrier_s"}
 
 
-def train(run_dir, workers, iterations, ray=None, **overrides):
-    settings = {**SETTINGS, **overrides, "iterations": iterations, "workers": workers}
-    run = open_run(run_dir, settings)
-    create_run_files(run, {})
-    cfg = run.config
-    pool = LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma) if workers == 0 else RayPool(
-        cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers
-    )
-    try:
-        return Trainer(cfg, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
-    finally:
-        pool.close()
+def train(run_dir, workers, iterations, **overrides):
+    return train_in_process(run_dir, workers, iterations, {**SETTINGS, **overrides})
 
 
 def learning_columns(run_dir):

@@ -44,6 +44,18 @@ class TrainingState:
     info: dict[str, Any] = field(default_factory=dict)  # settings the run was made with
 
 
+def checkpoint_bytes(hidden: int) -> int:
+    """About how large one checkpoint of a network with `hidden` units is."""
+    return 2 * 4 * hidden * (D + 1) + 64 * 1024
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Delete temp files a killed writer left behind (never a finished checkpoint)."""
+    if directory.is_dir():
+        for tmp in directory.glob(".ckpt-*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
 def checkpoint_path(directory: Path, batch: int) -> Path:
     return directory / f"ckpt-{batch:06d}.npz"
 

@@ -148,7 +148,14 @@ def _fail(message: str, status: int) -> int:
 def train(args: argparse.Namespace) -> int:
     from pgpong.config import TrainConfig
     from pgpong.envs import check_env_id
-    from pgpong.trainer import Trainer, create_run_files, default_run_dir, open_run
+    from pgpong.trainer import (
+        RunWriteError,
+        Trainer,
+        check_run_dir_writable,
+        create_run_files,
+        default_run_dir,
+        open_run,
+    )
     from pgpong.workers import ClusterError, LocalPool, PoolError, RayPool, start_ray, stop_ray
     from pgpong.runlog import RunLog
 
@@ -163,7 +170,7 @@ def train(args: argparse.Namespace) -> int:
     run = open_run(run_dir, given, args.resume_from)
     config = run.config
     check_env_id(config.env_id)
-    _check_writable(run_dir)
+    check_run_dir_writable(run)
 
     pool = None
     log = RunLog(run.progress_path)
@@ -178,21 +185,23 @@ def train(args: argparse.Namespace) -> int:
         for message in run.skipped:
             log.say(f"pgpong: skipped a bad checkpoint: {message}")
         where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
-        start = f"resuming from batch {run.state.batch} ({run.resumed_from})" if run.resumed_from else "new run"
+        if run.resumed_from:
+            start = f"resuming from batch {run.state.batch} ({run.resumed_from})"
+        else:
+            start = "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
         log.say(f"pgpong: {start} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {where}")
         Trainer(config, run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
     except (ClusterError, *BAD_INPUT) as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
-    except PoolError as exc:
-        return _fail(f"{exc}. The last completed batch is saved; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
+    except (PoolError, RunWriteError) as exc:
+        return _fail(f"{exc}. {_saved(run)}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
         status = EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
         print(
-            f"\npgpong: stopped after batch {run.state.batch}; its checkpoint is kept. "
-            f"Resume with: {_resume_command(run_dir)}",
+            f"\npgpong: stopped. {_saved(run)}; resume with: {_resume_command(run_dir)}",
             file=sys.stderr,
             flush=True,
         )
@@ -229,16 +238,15 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _saved(run) -> str:
+    from pgpong.checkpoint import list_checkpoints
+
+    found = list_checkpoints(run.checkpoints)
+    return f"The newest checkpoint is {found[-1]}" if found else "No checkpoint was written yet"
+
+
 def _resume_command(run_dir: Path) -> str:
     return f"pgpong train --run-dir {shlex.quote(str(run_dir))}"
-
-
-def _check_writable(path: Path) -> None:
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write the run directory {path}: {existing} is not a writable directory")
 
 
 def _run_info(address: str | None) -> dict:

@@ -4,8 +4,9 @@ one RMSProp step, log a row, checkpoint. Plus opening a run directory (new or re
 from __future__ import annotations
 
 import dataclasses
-import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -15,7 +16,15 @@ from typing import Iterator
 
 import numpy as np
 
-from pgpong.checkpoint import CheckpointError, TrainingState, list_checkpoints, load_checkpoint, save_checkpoint
+from pgpong.checkpoint import (
+    CheckpointError,
+    TrainingState,
+    checkpoint_bytes,
+    list_checkpoints,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
 from pgpong.config import ConfigError, TrainConfig, load_config, save_config
 from pgpong.policy import Params, RMSProp
 from pgpong.rollout import EpisodeId
@@ -23,6 +32,10 @@ from pgpong.runlog import BatchRow, RunLog
 from pgpong.workers import Pool
 
 RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
+
+
+class RunWriteError(RuntimeError):
+    """The run directory could not be written (disk full, permissions, ...)."""
 
 
 class Trainer:
@@ -82,8 +95,11 @@ class Trainer:
             barrier_s=pool.last_batch.get("barrier", 0.0),
         )
         with signals_deferred(), clock("checkpoint write"):  # a row and its checkpoint go together
-            self.log.write(row)
-            save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
+            try:
+                self.log.write(row)
+                save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
+            except OSError as exc:
+                raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
         self._last_end = time.monotonic()
         phases = {**pool.last_batch, **clock.seconds}
         return BatchReport(row, phases, dict(worker_time))
@@ -144,7 +160,8 @@ class Run:
     directory: Path
     config: TrainConfig
     state: TrainingState
-    resumed_from: Path | None = None
+    resumed: bool = False  # the directory already held this run
+    resumed_from: Path | None = None  # the checkpoint it continues from (None: from the start)
     skipped: list[str] = dataclasses.field(default_factory=list)  # damaged checkpoints passed over
 
     @property
@@ -193,7 +210,7 @@ def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> R
             f"run {directory} was made with other settings ({what}); a resumed run must keep them: "
             "drop those flags, or start a new run with another --run-dir"
         )
-    run = Run(directory, config, state=None)  # type: ignore[arg-type]
+    run = Run(directory, config, state=None, resumed=True)  # type: ignore[arg-type]
     run.state, run.resumed_from, run.skipped = _resume_state(run, resume_from)
     return run
 
@@ -221,11 +238,34 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
         raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
 
 
+def check_run_dir_writable(run: Run) -> None:
+    """Refuse, before anything is written, a run directory that cannot take the run."""
+    existing = run.directory
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise OSError(f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):  # as root, permission bits say nothing
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run directory {run.directory}: {exc}") from None
+    needed = (run.config.keep_checkpoints + 1) * checkpoint_bytes(run.config.hidden) + 2**20
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise ConfigError(
+            f"not enough free space for the run directory {run.directory}: "
+            f"{free / 2**20:.1f} MB free, its checkpoints need about {needed / 2**20:.1f} MB"
+        )
+
+
 def create_run_files(run: Run, extra: dict) -> None:
     """Write what the run needs before its first batch (config.json, trimmed progress)."""
-    run.directory.mkdir(parents=True, exist_ok=True)
-    if not os.access(run.directory, os.W_OK):
-        raise ConfigError(f"run directory {run.directory} is not writable")
-    save_config(run.config, run.config_path, extra)
+    try:
+        run.directory.mkdir(parents=True, exist_ok=True)
+        save_config(run.config, run.config_path, extra)
+        remove_stale_temporaries(run.checkpoints)
+    except OSError as exc:
+        raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
     if run.progress_path.exists():
         RunLog(run.progress_path).trim(run.state.batch)

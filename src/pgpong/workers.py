@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import resource
+import signal
 import socket
 import time
 from collections import deque
@@ -28,6 +30,9 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # No result at all for this long means something is stuck, not slow: even a
 # 108,000-step PongNoFrameskip match takes about a minute.
 STALL_SECONDS = 600.0
+START_SECONDS = 120.0
+# Tests set this to make workers fail on purpose; nothing else reads it.
+TEST_FAULT = "_PGPONG_TEST_FAULT"
 CONNECT_SECONDS = 5.0
 
 
@@ -49,11 +54,13 @@ class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
     def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
+        _test_fault("start")
         threadpool_limits(1)
         self.env = make_env(env_id, max_episode_steps, endless)
         self.gamma = gamma
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
+        _test_fault("play", episode.batch)
         return play_episode(self.env, weights, episode, self.gamma)
 
     def random_play(self, seconds: float, seed: int) -> dict[str, float]:
@@ -87,6 +94,19 @@ class RolloutWorker:
         return [info["num_threads"] for info in threadpool_info()]
 
 
+def _test_fault(stage: str, batch: int = 0) -> None:
+    """Fail on purpose when a test asks: 'start' (constructor raises) or 'crash:N'
+    (the process kills itself in every episode of batch N and later)."""
+    fault = os.environ.get(TEST_FAULT)
+    if not fault:
+        return
+    kind, _, arg = fault.partition(":")
+    if kind == "start" and stage == "start":
+        raise RuntimeError("test fault: this worker cannot start")
+    if kind == "crash" and stage == "play" and batch >= int(arg or 0):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class LocalPool:
     """Plays the episodes one after another in this process (--workers 0)."""
 
@@ -108,35 +128,66 @@ class LocalPool:
 
 
 class RayPool:
-    """Long-lived Ray actors, one CPU each. The weights are published once per batch."""
+    """Long-lived Ray actors, one CPU each. The weights are published once per batch.
+
+    A worker that dies (crash, kill, lost node) is replaced and its episode played
+    again with the same seed, by whichever worker is free first; a replacement gets
+    work only once it is running, so a lost node never stalls the batch.
+    """
 
     def __init__(
-        self, env_id: str, max_episode_steps: int | None, gamma: float, num_workers: int | None = None
+        self,
+        env_id: str,
+        max_episode_steps: int | None,
+        gamma: float,
+        num_workers: int | None = None,
+        start_timeout: float = START_SECONDS,
     ):
         import ray
 
         self._ray = ray
-        self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": ONE_THREAD})(RolloutWorker)
+        env_vars = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k == TEST_FAULT}}
+        self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": env_vars})(RolloutWorker)
         self._args = (env_id, max_episode_steps, gamma)
-        self.num_workers = num_workers or cluster_cpus()
+        self.size = num_workers or cluster_cpus()
         self.replaced = 0
         self.last_batch: dict[str, float] = {}
-        self._actors = [self._start_actor() for _ in range(self.num_workers)]
-        self._wait_ready(self._actors)
+        self._failures = 0  # deaths since the last episode that finished
+        self._ready: list = []  # running actors
+        self._starting: dict = {}  # ready() ref -> actor still starting
+        for _ in range(self.size):
+            self._start_actor()
+        deadline = time.monotonic() + start_timeout
+        while not self._ready:
+            if time.monotonic() > deadline:
+                raise PoolError(f"no rollout worker started within {start_timeout:.0f} s (no CPU free in the cluster?)")
+            self._poll_starting(timeout=1.0)
 
-    def _start_actor(self):
-        return self._actor_class.remote(*self._args)
+    @property
+    def num_workers(self) -> int:
+        return len(self._ready)
 
-    def _wait_ready(self, actors) -> None:
-        for actor in actors:
+    def _start_actor(self) -> None:
+        actor = self._actor_class.remote(*self._args)
+        self._starting[actor.ready.remote()] = actor
+
+    def _poll_starting(self, timeout: float) -> None:
+        """Move actors whose start has finished into the ready list (or count the failure)."""
+        done, _ = self._ray.wait(list(self._starting), num_returns=len(self._starting), timeout=timeout)
+        for ref in done:
+            actor = self._starting.pop(ref)
             try:
-                self._ray.get(actor.ready.remote(), timeout=STALL_SECONDS)
-            except self._ray.exceptions.RayActorError as exc:
-                raise PoolError(f"a rollout worker could not start: {_reason(exc)}") from None
-            except self._ray.exceptions.GetTimeoutError:
-                raise PoolError(
-                    f"no rollout worker started within {STALL_SECONDS:.0f} s (too few CPUs free in the cluster?)"
-                ) from None
+                self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
+                self._failed(exc, "a rollout worker could not start")
+                self._start_actor()
+            else:
+                self._ready.append(actor)
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        self._failures += 1
+        if self._failures > max(3, 2 * self.size):
+            raise PoolError(f"{what}, {self._failures} times in a row: {_reason(exc)}") from None
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
         ray = self._ray
@@ -144,66 +195,75 @@ class RayPool:
         weights_ref = ray.put(weights)  # published once; every task reads it from the object store
         self.last_batch = {"publish weights": time.perf_counter() - began}
         todo = deque(range(len(episodes)))
-        idle = deque(self._actors)
         idle_since: dict = {}  # actor -> when it ran out of work in this batch
-        running: dict = {}  # object ref -> (actor, position in episodes)
+        running: dict = {}  # task ref -> (actor, position in episodes)
         finished: dict[int, EpisodeResult] = {}
-        next_out, failures, last_progress = 0, 0, time.monotonic()
+        next_out, last_progress = 0, time.monotonic()
         while next_out < len(episodes):
-            while idle and todo:
-                actor, position = idle.popleft(), todo.popleft()
+            busy = {actor for actor, _ in running.values()}
+            for actor in [a for a in self._ready if a not in busy][: len(todo)]:
+                position = todo.popleft()
+                idle_since.pop(actor, None)
                 running[actor.play.remote(weights_ref, episodes[position])] = (actor, position)
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for ref in ready:
+            done, _ = ray.wait([*running, *self._starting], num_returns=1, timeout=1.0)
+            for ref in done:
+                if ref in self._starting:
+                    self._poll_starting(timeout=0)
+                    continue
                 actor, position = running.pop(ref)
                 try:
                     finished[position] = ray.get(ref)
-                except ray.exceptions.RayActorError as exc:
-                    failures += 1
-                    if failures > 2 * self.num_workers + 2:
-                        raise PoolError(f"rollout workers keep dying: {_reason(exc)}") from None
-                    todo.appendleft(position)  # played again, same seed
-                    actor = self._replace(actor)
-                else:
-                    failures = 0
-                    last_progress = time.monotonic()
-                idle.append(actor)
+                except ray.exceptions.RayError as exc:
+                    todo.appendleft(position)  # played again, with the same seed
+                    self._replace(actor)
+                    self._failed(exc, "rollout workers keep failing")
+                    continue
+                self._failures = 0
+                last_progress = time.monotonic()
                 if not todo:
                     idle_since.setdefault(actor, time.perf_counter())
-            if not running:  # the slowest episode is in: the barrier is over
+            if not running and not todo:  # the slowest episode is in: the barrier is over
                 end = time.perf_counter()
-                waited = sum(end - t for t in idle_since.values())
-                self.last_batch["barrier"] = waited / max(1, self.num_workers)
+                self.last_batch["barrier"] = sum(end - t for t in idle_since.values()) / max(1, len(self._ready))
             while next_out in finished:
                 yield finished.pop(next_out)
                 next_out += 1
             if time.monotonic() - last_progress > STALL_SECONDS:
                 raise PoolError(f"no episode finished in {STALL_SECONDS:.0f} s; giving up")
+            if not self._ready and not self._starting:
+                raise PoolError("no rollout worker is left")
 
-    def _replace(self, dead):
+    def _replace(self, dead) -> None:
+        if dead in self._ready:
+            self._ready.remove(dead)
         self._ray.kill(dead, no_restart=True)
-        fresh = self._start_actor()
-        self._actors[self._actors.index(dead)] = fresh
+        self._start_actor()
         self.replaced += 1
-        return fresh
 
     def blas_threads(self) -> list[list[int]]:
         return self.call_all("blas_threads")
 
     def call_all(self, method: str, *args) -> list:
-        """Call a RolloutWorker method on every worker at once; their answers in order."""
-        return self._ray.get([getattr(actor, method).remote(*args) for actor in self._actors])
+        """Call a RolloutWorker method on every running worker at once; answers in order."""
+        return self._ray.get([getattr(actor, method).remote(*args) for actor in self._ready], timeout=STALL_SECONDS)
 
     def close(self) -> None:
-        for actor in self._actors:
+        for actor in [*self._ready, *self._starting.values()]:
             self._ray.kill(actor)
-        self._actors = []
+        self._ready, self._starting = [], {}
 
 
 def _reason(exc: BaseException) -> str:
-    """The first meaningful line of a Ray error, for a one-line message."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    """One line saying what went wrong: the innermost exception of a Ray error's
+    traceback when there is one, else its first line."""
+    lines = [_ANSI.sub("", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    raised = [line for line in lines if _RAISED.match(line)]
+    return (raised or lines or [type(exc).__name__])[-1 if raised else 0]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(.*\))?: ")
 
 
 # ---- starting or joining Ray -------------------------------------------------------

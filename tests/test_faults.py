@@ -1,0 +1,226 @@
+"""Faults injected for real: killed workers, workers that cannot run, killed drivers,
+damaged checkpoints, full or unwritable disks. Each asserts the defined outcome."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import PGPONG, run_pgpong, train_in_process
+from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.runlog import read_progress
+from pgpong.workers import TEST_FAULT, PoolError, RayPool
+
+SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Weights after 1..4 batches without any fault (in-process, no Ray)."""
+    root = tmp_path_factory.mktemp("reference")
+    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4})
+    return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
+
+
+def assert_same_weights(state, expected):
+    np.testing.assert_array_equal(state.weights.W1, expected.weights.W1)
+    np.testing.assert_array_equal(state.weights.W2, expected.weights.W2)
+    assert state.running_reward == expected.running_reward
+
+
+@pytest.mark.slow
+def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_instance, reference):
+    pool = RayPool(SETTINGS and "ALE/Pong-v5", SETTINGS["max_episode_steps"], 0.99, 2)
+    victims = pool.call_all("ready")  # the workers' process ids
+    killed = []
+
+    def kill_one_mid_batch():
+        deadline = time.monotonic() + 60
+        while not (run_dir / "progress.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # into batch 2: both workers are inside an episode
+        os.kill(victims[0], signal.SIGKILL)
+        killed.append(victims[0])
+
+    run_dir = tmp_path / "run"
+    killer = threading.Thread(target=kill_one_mid_batch)
+    killer.start()
+    try:
+        state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
+    finally:
+        killer.join()
+        pool.close()
+    assert killed and pool.replaced == 1
+    assert_same_weights(state, reference[3])
+    rows = read_progress(run_dir / "progress.csv")
+    assert [r["workers_replaced"] for r in rows].count("1") == 1
+
+
+def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
+    monkeypatch.setenv(TEST_FAULT, "start")
+    began = time.monotonic()
+    with pytest.raises(PoolError, match="could not start.*test fault"):
+        RayPool("ALE/Pong-v5", 100, 0.99, 2)
+    assert time.monotonic() - began < 60
+
+
+@pytest.mark.slow
+def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
+    run_dir = tmp_path / "run"
+    began = time.monotonic()
+    proc = run_pgpong("train", "--batch-size", "2", "--max-episode-steps", "200", "--hidden", "16",
+                      "--run-dir", str(run_dir), env={TEST_FAULT: "crash:1"}, timeout=120)
+    assert time.monotonic() - began < 60 + 15  # 60 s for the failure, plus start-up
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pgpong:")]
+    assert len(errors) == 1 and "keep failing" in errors[0] and "--run-dir" in errors[0]
+    assert "Traceback" not in proc.stderr
+    # Batch 1 (index 0) completed before the crashes began: its checkpoint is kept.
+    assert [p.name for p in list_checkpoints(run_dir / "checkpoints")] == ["ckpt-000001.npz"]
+    assert load_checkpoint(run_dir / "checkpoints" / "ckpt-000001.npz").batch == 1
+
+
+def cli_settings(run_dir, iterations=4):
+    return ["--seed", "3", "--batch-size", "4", "--hidden", "16", "--max-episode-steps", "500",
+            "--keep-checkpoints", "4", "--iterations", str(iterations), "--run-dir", str(run_dir)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows_before_kill, extra_delay", [(1, 0.0), (2, 0.35)])
+def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, reference, rows_before_kill, extra_delay):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*PGPONG, "train", *cli_settings(run_dir, 4)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_progress(run_dir / "progress.csv")) < rows_before_kill:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(extra_delay)  # sometimes right after a checkpoint, sometimes mid-batch
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    done = len(read_progress(run_dir / "progress.csv"))
+    assert done < 4
+
+    resumed = run_pgpong("train", "--run-dir", str(run_dir))  # settings come from the run
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stdout
+    final = load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
+    assert final.batch == 4
+    assert_same_weights(final, reference[4])
+    assert [r["batch"] for r in read_progress(run_dir / "progress.csv")] == ["1", "2", "3", "4"]
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "wrong-version"])
+def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, reference, damage):
+    run_dir = tmp_path / "run"
+    assert run_pgpong("train", *cli_settings(run_dir, 3), "--workers", "0").returncode == 0
+    newest = list_checkpoints(run_dir / "checkpoints")[-1]
+    if damage == "truncate":
+        newest.write_bytes(newest.read_bytes()[:5000])
+    elif damage == "garbage":
+        newest.write_bytes(os.urandom(4000))
+    else:
+        with np.load(newest) as data:
+            arrays = {k: data[k] for k in data.files}
+        arrays["header"] = np.frombuffer(arrays["header"].tobytes().replace(b'"version": 1', b'"version": 7'), np.uint8)
+        with open(newest, "wb") as f:
+            np.savez(f, **arrays)
+
+    proc = run_pgpong("train", *cli_settings(run_dir, 4), "--workers", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert f"skipped a bad checkpoint: {newest}" in proc.stdout
+    assert "resuming from batch 2" in proc.stdout
+    assert_same_weights(load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1]), reference[4])
+
+
+def test_resume_from_an_explicit_checkpoint(tmp_path, reference):
+    run_dir = tmp_path / "run"
+    assert run_pgpong("train", *cli_settings(run_dir, 3), "--workers", "0").returncode == 0
+    first = run_dir / "checkpoints" / "ckpt-000001.npz"
+    proc = run_pgpong("train", *cli_settings(run_dir, 4), "--workers", "0", "--resume-from", str(first))
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from batch 1" in proc.stdout
+    assert [r["batch"] for r in read_progress(run_dir / "progress.csv")] == ["1", "2", "3", "4"]
+    assert_same_weights(load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1]), reference[4])
+
+
+def test_resume_from_a_bad_file_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_pgpong("train", *cli_settings(run_dir, 1), "--workers", "0").returncode == 0
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    proc = run_pgpong("train", *cli_settings(run_dir, 2), "--workers", "0", "--resume-from", str(bad))
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resume_with_another_env_id_is_refused_but_workers_may_change(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_pgpong("train", *cli_settings(run_dir, 1), "--workers", "0").returncode == 0
+    proc = run_pgpong("train", *cli_settings(run_dir, 2), "--workers", "0", "--env-id", "Pong-v0")
+    assert proc.returncode == 2 and "--env-id ALE/Pong-v5 -> Pong-v0" in proc.stderr
+    assert len(read_progress(run_dir / "progress.csv")) == 1
+
+
+def test_unwritable_run_directory_is_refused_at_start(tmp_path):
+    proc = run_pgpong("train", "--run-dir", "/proc/pgpong-run", "--iterations", "1", "--workers", "0")
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write the run directory /proc/pgpong-run" in proc.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 3 MB file system (tmpfs), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_is_refused_at_start(small_disk):
+    proc = run_pgpong("train", "--run-dir", str(small_disk / "run"), "--iterations", "1", "--workers", "0")
+    assert proc.returncode == 2
+    assert "not enough free space" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(small_disk.iterdir()) == []
+
+
+def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(small_disk):
+    run_dir = small_disk / "run"
+    proc = subprocess.Popen([*PGPONG, "train", "--hidden", "8", "--batch-size", "1", "--max-episode-steps", "100",
+                             "--workers", "0", "--run-dir", str(run_dir)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(read_progress(run_dir / "progress.csv")) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    with open(small_disk / "filler", "wb") as f:  # fill what is left of the disk
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "No space left on device" in err and "Traceback" not in err
+    assert "resume with: pgpong train --run-dir" in err
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    assert checkpoints and load_checkpoint(checkpoints[-1]).batch >= 2  # the newest is whole
+    assert not list((run_dir / "checkpoints").glob(".*tmp"))  # no half-written file left
