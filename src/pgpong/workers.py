@@ -31,6 +31,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # 108,000-step PongNoFrameskip match takes about a minute.
 STALL_SECONDS = 600.0
 START_SECONDS = 120.0
+START_GRACE_SECONDS = 15.0  # how long the other workers may lag the first one at start
 # Tests set this to make workers fail on purpose; nothing else reads it.
 TEST_FAULT = "_PGPONG_TEST_FAULT"
 CONNECT_SECONDS = 5.0
@@ -157,11 +158,15 @@ class RayPool:
         self._starting: dict = {}  # ready() ref -> actor still starting
         for _ in range(self.size):
             self._start_actor()
+        # Wait for every worker, but once one runs, only a little longer for the rest:
+        # those that cannot be placed yet join the batches when they start.
         deadline = time.monotonic() + start_timeout
-        while not self._ready:
-            if time.monotonic() > deadline:
+        while self._starting and (not self._ready or time.monotonic() < deadline):
+            if not self._ready and time.monotonic() > deadline:
                 raise PoolError(f"no rollout worker started within {start_timeout:.0f} s (no CPU free in the cluster?)")
-            self._poll_starting(timeout=1.0)
+            self._poll_starting(timeout=0.5)
+            if self._ready:
+                deadline = min(deadline, time.monotonic() + START_GRACE_SECONDS)
 
     @property
     def num_workers(self) -> int:

@@ -1,0 +1,85 @@
+"""A multi-node Ray cluster on this machine (head + one worker node): training through
+--address, and a node lost mid-batch without losing the batch."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_pgpong, train_in_process
+from pgpong.workers import RayPool
+
+SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 200,
+    "health_check_timeout_ms": 200,
+    "health_check_failure_threshold": 5,
+}
+STORE = 150 * 1024**2
+
+
+@pytest.fixture
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                      "object_store_memory": STORE,
+                                                      "_system_config": FAST_HEALTH_CHECKS})
+    worker_node = c.add_node(num_cpus=1, object_store_memory=STORE)
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level="WARNING")
+    try:
+        yield c, worker_node
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.mark.slow
+def test_lost_node_mid_batch_the_run_goes_on_with_identical_weights(tmp_path, cluster):
+    import ray
+
+    c, worker_node = cluster
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    pool = RayPool("ALE/Pong-v5", SETTINGS["max_episode_steps"], 0.99, 2)
+    assert pool.num_workers == 2
+    run_dir = tmp_path / "run"
+    removed = []
+
+    def remove_worker_node_mid_batch():
+        deadline = time.monotonic() + 60
+        while not (run_dir / "progress.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # inside batch 2
+        c.remove_node(worker_node, allow_graceful=False)
+        removed.append(time.monotonic())
+
+    remover = threading.Thread(target=remove_worker_node_mid_batch)
+    remover.start()
+    try:
+        state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
+        survivors = pool.num_workers
+    finally:
+        remover.join()
+        pool.close()
+    assert removed
+    assert pool.replaced >= 1 and survivors == 1  # the replacement waits for a CPU that is gone
+
+    reference = train_in_process(tmp_path / "reference", 0, 3, SETTINGS)
+    np.testing.assert_array_equal(state.weights.W1, reference.weights.W1)
+    np.testing.assert_array_equal(state.weights.W2, reference.weights.W2)
+    assert state.running_reward == reference.running_reward
+
+
+@pytest.mark.slow
+def test_train_on_an_existing_cluster_by_address(tmp_path, cluster):
+    c, _ = cluster
+    proc = run_pgpong("train", "--address", c.address, "--iterations", "1", "--batch-size", "2",
+                      "--max-episode-steps", "200", "--hidden", "16", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    assert "on 2 Ray worker(s)" in proc.stdout  # one per CPU of the cluster: head + node
