@@ -20,7 +20,7 @@ from typing import Iterator, Protocol
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from pgpong.envs import DOWN, UP, make_env
+from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId, EpisodeResult, play_episode
 
@@ -57,6 +57,7 @@ class RolloutWorker:
     def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
         _test_fault("start")
         threadpool_limits(1)
+        self.env_id = env_id
         self.env = make_env(env_id, max_episode_steps, endless)
         self.gamma = gamma
 
@@ -65,24 +66,31 @@ class RolloutWorker:
         return play_episode(self.env, weights, episode, self.gamma)
 
     def random_play(self, seconds: float, seed: int) -> dict[str, float]:
-        """The environment alone: random UP/DOWN for `seconds`, each match reset with its
-        own seed as training does. Returns steps, matches and seconds (in resets, in all)."""
+        """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
+        `seconds`, reset between matches, nothing else. Also times Gymnasium's seeded
+        reset and pgpong's, which the ceiling does not need."""
+        env = make_gymnasium_env(self.env_id)
         rng = np.random.default_rng(seed)
+        seeded_reset_s = _seconds_per_call(lambda: env.reset(seed=int(rng.integers(2**32))), 3)
+        pgpong_reset_s = _seconds_per_call(lambda: self.env.reset(seed=int(rng.integers(2**32))), 3)
         actions = rng.choice([UP, DOWN], size=4096)
         steps = matches = 0
         reset_s = 0.0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             t = time.perf_counter()
-            self.env.reset(seed=int(rng.integers(2**32)))
+            env.reset()
             reset_s += time.perf_counter() - t
             matches += 1
             done = False
             while not done and time.perf_counter() - began < seconds:
-                _, _, terminated, truncated, _ = self.env.step(actions[steps % len(actions)])
+                _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
                 steps += 1
                 done = terminated or truncated
-        return {"steps": steps, "matches": matches, "seconds": time.perf_counter() - began, "reset_s": reset_s}
+        elapsed = time.perf_counter() - began
+        env.close()
+        return {"steps": steps, "matches": matches, "seconds": elapsed, "reset_s": reset_s,
+                "seeded_reset_s": seeded_reset_s, "pgpong_reset_s": pgpong_reset_s}
 
     def peak_rss(self) -> int:
         """Peak resident memory of this process so far, in bytes."""
@@ -93,6 +101,13 @@ class RolloutWorker:
 
     def blas_threads(self) -> list[int]:
         return [info["num_threads"] for info in threadpool_info()]
+
+
+def _seconds_per_call(call, times: int) -> float:
+    began = time.perf_counter()
+    for _ in range(times):
+        call()
+    return (time.perf_counter() - began) / times
 
 
 def _test_fault(stage: str, batch: int = 0) -> None:

@@ -1,0 +1,118 @@
+"""pgpong's seeded environment against Gymnasium's own AtariEnv: the same frames,
+rewards and ends for the same actions; sticky actions and frameskip as ALE does them."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from pgpong.envs import DOWN, UP, SeededAtari, check_env_id, make_gymnasium_env, UnknownEnvironment
+
+
+def play(env, actions):
+    frames, rewards, ends = [], [], []
+    for a in actions:
+        obs, r, term, trunc, _ = env.step(a)
+        frames.append(obs.copy())
+        rewards.append(r)
+        ends.append((term, trunc))
+        if term or trunc:
+            break
+    return frames, rewards, ends
+
+
+def assert_same_play(ours, theirs, actions):
+    a, b = play(ours, actions), play(theirs, actions)
+    assert len(a[0]) == len(b[0])
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_array_equal(x, y)
+    assert a[1] == b[1] and a[2] == b[2]
+    return a
+
+
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "PongNoFrameskip-v4"])
+def test_same_frames_as_gymnasium_without_sticky_actions(env_id):
+    actions = np.random.default_rng(0).choice([UP, DOWN], size=800)
+    ours = SeededAtari(env_id)
+    ours.sticky = 0.0  # Gymnasium's stickiness cannot be seeded per episode; compare without it
+    theirs = make_gymnasium_env(env_id) if env_id.startswith("PongNo") else gym.make(
+        env_id, repeat_action_probability=0.0, disable_env_checker=True)
+    for match in range(2):  # the second match checks that our snapshot reset equals ALE's reset
+        np.testing.assert_array_equal(ours.reset(seed=match)[0], theirs.reset(seed=match if match == 0 else None)[0])
+        frames, rewards, _ = assert_same_play(ours, theirs, actions)
+        assert any(rewards) and len(frames) == 800
+
+
+def test_full_stickiness_holds_the_first_action():
+    ours = SeededAtari("ALE/Pong-v5")
+    ours.sticky = 1.0  # every frame keeps the previous action: NOOP from the reset on
+    theirs = gym.make("ALE/Pong-v5", repeat_action_probability=0.0, disable_env_checker=True)
+    ours.reset(seed=1), theirs.reset(seed=1)
+    a, _, _ = play(ours, [UP, DOWN] * 150)
+    b, _, _ = play(theirs, [0] * 300)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+class RecordingALE:
+    def __init__(self, ale):
+        self.ale, self.acted = ale, []
+
+    def act(self, action):
+        self.acted.append(action)
+        return self.ale.act(action)
+
+    def __getattr__(self, name):
+        return getattr(self.ale, name)
+
+
+def test_sticky_actions_per_frame_at_the_spec_rate():
+    env = SeededAtari("ALE/Pong-v5")
+    assert env.sticky == 0.25 and env.frameskip == 4
+    env.ale = recorder = RecordingALE(env.ale)
+    env.reset(seed=7)
+    wanted = [UP, DOWN] * 1000  # alternate, so a stuck frame shows
+    for a in wanted:
+        if env.step(a)[2]:
+            env.reset()
+    acts = recorder.acted
+    steps = len(acts) // 4
+    actions = env.ale.getMinimalActionSet()
+    stuck_first_frames = sum(acts[4 * t] != actions[wanted[t]] for t in range(1, steps))
+    assert 0.2 < stuck_first_frames / (steps - 1) < 0.3  # P(stick) = 0.25 per frame
+
+
+def test_same_seed_same_match_different_seed_different_match():
+    env = SeededAtari("ALE/Pong-v5")
+    actions = np.random.default_rng(1).choice([UP, DOWN], size=300)
+    env.reset(seed=3)
+    first = play(env, actions)[0]
+    env.reset(seed=4)
+    other = play(env, actions)[0]
+    env.reset(seed=3)
+    again = play(env, actions)[0]
+    assert all(np.array_equal(x, y) for x, y in zip(first, again))
+    assert not all(np.array_equal(x, y) for x, y in zip(first, other))
+
+
+def test_pong_v0_has_random_frameskip_2_to_4():
+    env = SeededAtari("Pong-v0")
+    env.reset(seed=0)
+    skips = set()
+    for _ in range(200):
+        before = env.ale.getEpisodeFrameNumber()
+        env.step(UP)
+        skips.add(env.ale.getEpisodeFrameNumber() - before)
+    assert skips == {2, 3, 4}
+
+
+def test_time_limit_truncates():
+    env = SeededAtari("ALE/Pong-v5", max_episode_steps=10)
+    env.reset(seed=0)
+    ends = [env.step(UP)[3] for _ in range(10)]
+    assert ends == [False] * 9 + [True]
+
+
+@pytest.mark.parametrize("env_id", ["Pong-v9", "CartPole-v1", "ALE/Pong-ram-v5"])
+def test_non_pong_pixel_ids_are_refused(env_id):
+    with pytest.raises(UnknownEnvironment):
+        check_env_id(env_id)
