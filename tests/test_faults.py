@@ -176,6 +176,10 @@ def test_resume_with_another_env_id_is_refused_but_workers_may_change(tmp_path):
     proc = run_pgpong("train", *cli_settings(run_dir, 2), "--workers", "0", "--env-id", "Pong-v0")
     assert proc.returncode == 2 and "--env-id ALE/Pong-v5 -> Pong-v0" in proc.stderr
     assert len(read_progress(run_dir / "progress.csv")) == 1
+    proc = run_pgpong("train", *cli_settings(run_dir, 2), "--workers", "1")  # now on one Ray worker
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from batch 1" in proc.stdout and "on 1 Ray worker(s)" in proc.stdout
+    assert [r["workers"] for r in read_progress(run_dir / "progress.csv")] == ["0", "1"]
 
 
 def test_unwritable_run_directory_is_refused_at_start(tmp_path):

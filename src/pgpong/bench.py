@@ -18,7 +18,7 @@ from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import RunLog
 from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
-from pgpong.workers import RayPool, RolloutWorker, cluster_cpus, start_ray, stop_ray
+from pgpong.workers import START_SECONDS, STALL_SECONDS, RayPool, RolloutWorker, cluster_cpus, start_ray, stop_ray
 
 PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
@@ -146,9 +146,10 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     probe_class = ray.remote(num_cpus=1)(RolloutWorker)
     probe = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
     try:
-        before = ray.get(probe.peak_rss.remote())
-        result = ray.get(probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0)))
-        peak = ray.get(probe.peak_rss.remote())
+        before = ray.get(probe.peak_rss.remote(), timeout=START_SECONDS)
+        episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))
+        result = ray.get(episode, timeout=STALL_SECONDS)
+        peak = ray.get(probe.peak_rss.remote(), timeout=STALL_SECONDS)
     finally:
         ray.kill(probe)
     return {
