@@ -116,3 +116,24 @@ def test_time_limit_truncates():
 def test_non_pong_pixel_ids_are_refused(env_id):
     with pytest.raises(UnknownEnvironment):
         check_env_id(env_id)
+
+
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "Pong-v0", "PongNoFrameskip-v4"])
+def test_mask_observations_equal_preprocessed_rgb_frames(env_id):
+    from pgpong.frames import preprocess
+
+    rgb, mask = SeededAtari(env_id, observation="rgb"), SeededAtari(env_id, observation="mask")
+    actions = np.random.default_rng(2).choice([UP, DOWN], size=1500)
+    for seed in (0, 1):
+        a, b = rgb.reset(seed=seed)[0], mask.reset(seed=seed)[0]
+        np.testing.assert_array_equal(preprocess(a), b)
+        for action in actions:
+            a, ra, ta, _, _ = rgb.step(action)
+            b, rb, tb, _, _ = mask.step(action)
+            np.testing.assert_array_equal(preprocess(a), b)
+            assert (ra, ta) == (rb, tb)
+            if ta:
+                break
+    assert mask.observation_space.shape == (6400,) and b.dtype == np.int8
+    learned = mask._foreground[mask._foreground != SeededAtari.UNKNOWN]
+    assert set(learned.tolist()) == {0, 1}  # it met both background and paddle/ball colours

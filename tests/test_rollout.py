@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pgpong.envs import DOWN, UP, make_env
+from pgpong.envs import DOWN, UP, SeededAtari, make_env
 from pgpong.frames import D, preprocess
 from pgpong.policy import Params
 from pgpong.returns import discounted_returns, standardise
@@ -86,10 +86,10 @@ def dense_reference(env, weights, episode, gamma):
 
 
 def test_sparse_float32_episode_matches_dense_float64_reference(weights):
-    env = make_env("ALE/Pong-v5", 500)
+    """The reference sees RGB frames and preprocesses them; pgpong sees palette masks."""
     episode = EpisodeId(2, 1, 0)
-    dW1, dW2, score, steps = dense_reference(env, weights, episode, GAMMA)
-    result = play_episode(env, weights, episode, GAMMA)
+    dW1, dW2, score, steps = dense_reference(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
+    result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)
     assert (result.score, result.steps) == (score, steps)
     scale = np.abs(dW1).max()
     np.testing.assert_allclose(result.grad.W1, dW1, atol=1e-4 * scale, rtol=1e-3)

@@ -10,14 +10,18 @@ import numpy as np
 
 SIDE = 80
 D = SIDE * SIDE  # input size of the policy network
+CROP = (slice(35, 195, 2), slice(None, None, 2))  # rows 35..194 and every 2nd row and column
 BACKGROUND_RED = (144, 109)
 
 
 def preprocess(frame: np.ndarray) -> np.ndarray:
     """210x160x3 uint8 RGB frame -> flat int8 mask of 6400 values, 1 = paddle or ball."""
-    red = frame[35:195:2, ::2, 0]
-    mask = (red != BACKGROUND_RED[0]) & (red != BACKGROUND_RED[1])
-    return mask.view(np.int8).ravel()
+    return is_foreground(frame[CROP][..., 0]).view(np.int8).ravel()
+
+
+def is_foreground(red: np.ndarray) -> np.ndarray:
+    """SPEC's rule on red values: background (144 or 109) -> False, anything else -> True."""
+    return (red != BACKGROUND_RED[0]) & (red != BACKGROUND_RED[1])
 
 
 def sparse_difference(current: np.ndarray, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -28,39 +32,31 @@ def sparse_difference(current: np.ndarray, previous: np.ndarray) -> tuple[np.nda
 
 
 class FrameDiffer:
-    """The same preprocessing and difference, reusing buffers: the per-step hot path.
+    """The sparse difference of consecutive masks, reusing buffers: the per-step hot path.
 
-    Masks are kept as booleans, whose non-zeros numpy finds many times faster than
-    those of int8 arrays. Returns the same (indices, values) as sparse_difference,
-    with indices as intp (numpy's native index type, the fastest for gathers).
+    Takes flat int8 masks (pgpong's environment observes them directly, see envs.py;
+    `mask` makes one from an RGB frame). Returns the same (indices, values) as
+    sparse_difference, with indices as intp, the fastest type for gathers.
     """
 
     def __init__(self) -> None:
-        self._red = np.empty((SIDE, SIDE), dtype=np.uint8)
-        self._not_bg = np.empty((SIDE, SIDE), dtype=bool)
-        self._masks = [np.zeros(D, dtype=bool), np.zeros(D, dtype=bool)]
+        self._previous = np.zeros(D, dtype=np.int8)
         self._changed = np.empty(D, dtype=bool)
 
-    def reset(self, frame: np.ndarray) -> None:
-        """Start an episode: the next difference is taken against this frame."""
-        self._mask(frame, self._masks[0])
+    def reset(self, mask: np.ndarray) -> None:
+        """Start an episode: the next difference is taken against this mask."""
+        np.copyto(self._previous, mask)
 
-    def difference(self, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mask `frame`, then return its sparse difference to the previous one."""
-        previous, current = self._masks
-        self._mask(frame, current)
-        np.not_equal(current, previous, out=self._changed)
-        indices = self._changed.nonzero()[0]
-        values = current.view(np.int8)[indices] * 2 - 1  # 1 where a pixel appeared, -1 where it left
-        self._masks.reverse()
+    def difference(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        np.not_equal(mask, self._previous, out=self._changed)
+        indices = self._changed.nonzero()[0]  # a bool array's non-zeros: far faster than int8's
+        values = mask[indices] * 2 - 1  # 1 where a pixel appeared, -1 where it left
+        np.copyto(self._previous, mask)
         return indices, values
 
-    def _mask(self, frame: np.ndarray, out: np.ndarray) -> None:
-        np.copyto(self._red, frame[35:195:2, ::2, 0])
-        flat = out.reshape(SIDE, SIDE)
-        np.not_equal(self._red, BACKGROUND_RED[0], out=flat)
-        np.not_equal(self._red, BACKGROUND_RED[1], out=self._not_bg)
-        np.logical_and(flat, self._not_bg, out=flat)
+    @staticmethod
+    def mask(frame: np.ndarray) -> np.ndarray:
+        return preprocess(frame)
 
 
 def dense_difference(current: np.ndarray, previous: np.ndarray) -> np.ndarray:

@@ -96,7 +96,7 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     obs, _ = env.reset(seed=env_seed)
     t1 = perf_counter()
     reset = t1 - t0
-    frames.reset(obs)  # so the first input, with no previous frame, is all zeros
+    frames.reset(obs)  # the first input, with no previous frame, is all zeros; obs is the mask
     while True:
         t0 = perf_counter()
         indices, values = frames.difference(obs)
