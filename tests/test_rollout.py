@@ -19,7 +19,8 @@ def weights():
 
 def assert_same_episode(a, b):
     assert (a.score, a.steps) == (b.score, b.steps)
-    np.testing.assert_array_equal(a.grad.W1, b.grad.W1)
+    np.testing.assert_array_equal(a.grad.columns, b.grad.columns)
+    np.testing.assert_array_equal(a.grad.W1_columns, b.grad.W1_columns)
     np.testing.assert_array_equal(a.grad.W2, b.grad.W2)
 
 
@@ -27,10 +28,12 @@ def test_short_episode_gives_gradient_score_and_steps(weights):
     env = make_env("ALE/Pong-v5", max_episode_steps=400)
     result = play_episode(env, weights, EpisodeId(0, 0, 0), GAMMA)
     assert result.steps == 400  # cut by the time limit
-    assert result.grad.W1.shape == (200, D) and result.grad.W2.shape == (200,)
-    assert result.grad.W1.dtype == np.float32
+    grad = result.grad.dense()
+    assert grad.W1.shape == (200, D) and grad.W2.shape == (200,)
+    assert grad.W1.dtype == np.float32
+    assert result.grad.nbytes < grad.nbytes / 3  # only the touched pixels' columns travel
     assert -21 <= result.score <= 21 and result.score < 0  # a random policy loses points
-    assert np.abs(result.grad.W1).sum() > 0 and np.isfinite(result.grad.W1).all()
+    assert np.abs(grad.W1).sum() > 0 and np.isfinite(grad.W1).all()
     assert result.record_bytes / result.steps < 1024
 
 
@@ -92,8 +95,11 @@ def test_sparse_float32_episode_matches_dense_float64_reference(weights):
     result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)
     assert (result.score, result.steps) == (score, steps)
     scale = np.abs(dW1).max()
-    np.testing.assert_allclose(result.grad.W1, dW1, atol=1e-4 * scale, rtol=1e-3)
-    np.testing.assert_allclose(result.grad.W2, dW2, atol=1e-4 * np.abs(dW2).max(), rtol=1e-3)
+    grad = result.grad.dense()
+    np.testing.assert_allclose(grad.W1, dW1, atol=1e-4 * scale, rtol=1e-3)
+    np.testing.assert_allclose(grad.W2, dW2, atol=1e-4 * np.abs(dW2).max(), rtol=1e-3)
+    untouched = np.setdiff1d(np.arange(D), result.grad.columns)
+    assert not dW1[:, untouched].any()  # the columns left out really are zero
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.policy import EpisodeGradient
 from pgpong.rollout import EpisodeResult
 from pgpong.runlog import RunLog, read_progress
 from pgpong.trainer import Trainer, create_run_files, open_run
@@ -80,7 +81,8 @@ class ScriptedPool:
 
     def play_batch(self, weights, episodes):
         for episode in episodes:
-            yield EpisodeResult(episode, weights.zeros_like(), next(self.scores), steps=100, seconds=0.1)
+            empty = EpisodeGradient(np.zeros(0, np.intp), np.zeros((weights.hidden, 0), np.float32), weights.W2 * 0)
+            yield EpisodeResult(episode, empty, next(self.scores), steps=100, seconds=0.1)
 
     def close(self):
         pass

@@ -10,7 +10,7 @@ import numpy as np
 
 from pgpong.envs import DOWN, UP
 from pgpong.frames import FrameDiffer
-from pgpong.policy import Params, backward, forward, inputs_matrix
+from pgpong.policy import EpisodeGradient, Params, backward, forward, inputs_matrix
 from pgpong.returns import discounted_returns, standardise
 
 
@@ -31,7 +31,7 @@ def episode_seeds(episode: EpisodeId) -> tuple[int, np.random.Generator]:
 @dataclass
 class EpisodeResult:
     episode: EpisodeId
-    grad: Params
+    grad: EpisodeGradient
     score: float
     steps: int
     seconds: float

@@ -64,7 +64,7 @@ class Trainer:
         scores, lengths, worker_time = [], [], Counter()
         for result in pool.play_batch(state.weights, episodes):  # in episode order
             with clock("sum gradients"):
-                grad.add_(result.grad)
+                result.grad.add_to(grad)
             scores.append(result.score)
             lengths.append(result.steps)
             worker_time.update(result.timings, record_bytes=result.record_bytes)
