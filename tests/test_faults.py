@@ -68,6 +68,27 @@ def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
     assert time.monotonic() - began < 60
 
 
+def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):
+    began = time.monotonic()
+    proc = run_pgpong("train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env={TEST_FAULT: "start"},
+                      timeout=120)
+    assert time.monotonic() - began < 60
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pgpong:")]
+    assert len(errors) == 1 and "could not start" in errors[0] and "test fault" in errors[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_console_line_says_a_worker_was_replaced():
+    from pgpong.runlog import BatchRow
+
+    row = BatchRow(batch=3, episodes=30, env_steps=9000, wall_s=9.0, batch_s=3.0, running_reward=-20.0,
+                   score_mean=-20.5, score_min=-21, score_max=-19, episode_len_mean=900.0, steps_per_s=3000.0,
+                   batch_episodes=10, workers=2, workers_replaced=1)
+    assert "1 worker(s) replaced after a crash" in row.console_line()
+    assert "replaced" not in BatchRow(**{**row.__dict__, "workers_replaced": 0}).console_line()
+
+
 @pytest.mark.slow
 def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
     run_dir = tmp_path / "run"
