@@ -55,7 +55,7 @@ BAD_INPUTS = [
     (["--gamma", "1.5"], ["--gamma"]),
     (["--workers", "-1"], ["--workers"]),
     (["--hidden", "many"], ["--hidden", "many"]),
-    (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment"]),
+    (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment", "PongNoFrameskip-v4"]),
 ]
 
 

@@ -29,7 +29,7 @@ def check_env_id(env_id: str) -> None:
     try:
         spec = gym.spec(env_id)
     except gym.error.Error as exc:
-        pong = sorted(i for i in gym.registry if "Pong" in i and "ram" not in i)
+        pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
         raise UnknownEnvironment(f"unknown environment id {env_id!r} ({exc}); Pong ids: {', '.join(pong)}") from None
     if "ale_py" not in str(spec.entry_point) or spec.kwargs.get("obs_type", "rgb") != "rgb":
         raise UnknownEnvironment(f"environment id {env_id!r} is not an RGB Atari (ALE) environment")
