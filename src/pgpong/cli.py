@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from pgpong import __version__
-from pgpong.checkpoint import CheckpointError
 from pgpong.config import ConfigError, settings
-from pgpong.envs import UnknownEnvironment
 
 EXIT_BAD_INPUT = 2
-BAD_INPUT = (ConfigError, CheckpointError, UnknownEnvironment)
 EXIT_FAILED = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -122,16 +119,34 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    # Only light modules are imported above, so that Ctrl-C at any moment after
+    # start-up ends here, not in a traceback.
     signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("\npgpong: interrupted", file=sys.stderr, flush=True)
+        return EXIT_SIGTERM if _terminated else EXIT_SIGINT
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "train":
             return train(args)
         if args.command == "bench":
             return bench(args)
         raise AssertionError(args.command)
-    except BAD_INPUT as exc:
+    except bad_input() as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
+
+
+def bad_input() -> tuple[type[Exception], ...]:
+    """The exceptions that mean the user's input cannot be used (exit status 2)."""
+    from pgpong.checkpoint import CheckpointError
+    from pgpong.envs import UnknownEnvironment
+
+    return ConfigError, CheckpointError, UnknownEnvironment
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -193,18 +208,18 @@ def train(args: argparse.Namespace) -> int:
         Trainer(config, run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
-    except (ClusterError, *BAD_INPUT) as exc:
+    except (ClusterError, *bad_input()) as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
     except (PoolError, RunWriteError) as exc:
         return _fail(f"{exc}. {_saved(run)}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
         status = EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
-        print(
-            f"\npgpong: stopped. {_saved(run)}; resume with: {_resume_command(run_dir)}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if run.config_path.exists():
+            message = f"stopped. {_saved(run)}; resume with: {_resume_command(run_dir)}"
+        else:
+            message = "stopped before the run began; nothing was written"
+        print(f"\npgpong: {message}", file=sys.stderr, flush=True)
         return status
     finally:
         if pool is not None:
