@@ -67,6 +67,7 @@ def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
     saved = load_checkpoint(files[-1])
     np.testing.assert_array_equal(saved.weights.W1, state.weights.W1)
     assert saved.batch == 5 and saved.episodes == 5
+    assert saved.info["env_id"] == "ALE/Pong-v5" and saved.info["hidden"] == 32
 
 
 class ScriptedPool:

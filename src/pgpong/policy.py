@@ -47,9 +47,6 @@ class Params:
     def zeros_like(self) -> "Params":
         return Params(np.zeros_like(self.W1, order="F"), np.zeros_like(self.W2))
 
-    def copy(self) -> "Params":
-        return Params.of(self.W1, self.W2, self.W1.dtype)
-
     def add_(self, other: "Params") -> "Params":
         self.W1 += other.W1
         self.W2 += other.W2

@@ -70,11 +70,6 @@ class EpisodeRecord:
     def set_reward(self, reward: float) -> None:
         self.rewards[self.steps - 1] = reward
 
-    @property
-    def nbytes(self) -> int:
-        arrays = (self.indices, self.values, self.indptr, self.dlogits, self.rewards)
-        return sum(a.nbytes for a in arrays)
-
     def used_bytes(self) -> int:
         """Bytes of the filled part: the per-step cost, without spare capacity."""
         t, n = self.steps, self.nnz

@@ -45,6 +45,7 @@ class Trainer:
         self.pool = pool
         self.log = log
         self.state = run.state
+        self.state.info = config.to_dict()  # every checkpoint says what made it
         self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
         self._last_end: float | None = None  # wall time counts the gaps between batches too
 
