@@ -84,7 +84,7 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     env_seed, rng = episode_seeds(episode)
     record = EpisodeRecord()
     frames = FrameDiffer()
-    uniforms = rng.random(4096)
+    uniforms, drawn = rng.random(4096), 0
     emulator = prep = fwd = 0.0
 
     t0 = perf_counter()
@@ -98,10 +98,10 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
         t1 = perf_counter()
         _, p_up = forward(weights, indices, values)
         t2 = perf_counter()
-        step = record.steps % len(uniforms)
-        if step == 0 and record.steps:
-            uniforms = rng.random(len(uniforms))
-        up = uniforms[step] < p_up
+        if drawn == len(uniforms):  # the same stream of draws, taken in blocks
+            uniforms, drawn = rng.random(len(uniforms)), 0
+        up = uniforms[drawn] < p_up
+        drawn += 1
         record.add(indices, values, (1.0 if up else 0.0) - p_up)  # grad of log p(action) w.r.t. logit
         t3 = perf_counter()
         obs, reward, terminated, truncated, _ = env.step(UP if up else DOWN)
