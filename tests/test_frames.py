@@ -52,25 +52,49 @@ def test_identical_frames_give_empty_difference():
     assert len(indices) == 0 and len(values) == 0
 
 
-def test_frame_differ_equals_the_plain_functions_on_real_frames():
-    from pgpong.envs import make_gymnasium_env
-    from pgpong.frames import FrameDiffer
+class PaletteScreens:
+    """Hand-made palette-index screens and the RGB frames they stand for."""
 
-    env = make_gymnasium_env("ALE/Pong-v5")
-    obs, _ = env.reset(seed=3)
-    differ = FrameDiffer()
-    differ.reset(differ.mask(obs))
-    previous = preprocess(obs)
-    rng = np.random.default_rng(0)
-    nonzero_steps = 0
-    for _ in range(300):
-        indices, values = differ.difference(differ.mask(obs))
-        current = preprocess(obs)
-        ref_indices, ref_values = sparse_difference(current, previous)
+    COLOURS = {0: BACKGROUND, 4: OTHER_BACKGROUND, 8: (92, 186, 92), 12: (236, 236, 236), 16: (213, 130, 74)}
+
+    def __init__(self):
+        self.screen = np.zeros((210, 160), dtype=np.uint8)
+
+    def rgb(self) -> np.ndarray:
+        frame = np.zeros((210, 160, 3), dtype=np.uint8)
+        for index, colour in self.COLOURS.items():
+            frame[self.screen == index] = colour
+        return frame
+
+
+def test_palette_differ_equals_the_plain_functions():
+    from pgpong.frames import PaletteDiffer
+
+    screens = PaletteScreens()
+    differ = PaletteDiffer(screens.rgb)
+    screens.screen[35 + 2 * 3, 2 * 4] = 8  # paddle pixel on the first frame
+    differ.incoming[:] = screens.screen
+    indices, values = differ.start()
+    assert len(indices) == len(values) == 0  # the first input is all zeros
+    previous = preprocess(screens.rgb())
+    rng = np.random.default_rng(4)
+    for step in range(60):
+        if step % 3 == 0:  # changes the mask cannot see: odd columns, odd rows, other background, colour swaps
+            screens.screen[35 + 2 * rng.integers(80), 2 * rng.integers(80) + 1] = rng.choice([8, 12])
+            screens.screen[36 + 2 * rng.integers(79), 2 * rng.integers(80)] = 12
+            screens.screen[35 + 2 * rng.integers(80), 2 * rng.integers(80)] = 4
+            screens.screen[screens.screen == 8] = 16
+        else:  # pixels appear and disappear
+            rows, cols = 35 + 2 * rng.integers(80, size=5), 2 * rng.integers(80, size=5)
+            screens.screen[rows, cols] = rng.choice(list(PaletteScreens.COLOURS), size=5)
+        differ.incoming[:] = screens.screen
+        indices, values = differ.difference()
+        current = preprocess(screens.rgb())
+        expected = sparse_difference(current, previous)
         previous = current
-        np.testing.assert_array_equal(indices, ref_indices)
-        np.testing.assert_array_equal(values, ref_values)
+        np.testing.assert_array_equal(indices, expected[0])
+        np.testing.assert_array_equal(values, expected[1])
         assert values.dtype == np.int8
-        nonzero_steps += len(indices) > 0
-        obs, *_ = env.step(int(rng.integers(2, 4)))
-    assert nonzero_steps > 200  # the ball and paddles really moved
+    learned = differ.foreground[list(PaletteScreens.COLOURS)]
+    np.testing.assert_array_equal(learned, [0, 0, 1, 1, 1])  # each colour learned once, correctly
+    assert (differ.foreground == PaletteDiffer.UNKNOWN).sum() == 256 - 5

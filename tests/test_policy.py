@@ -50,6 +50,14 @@ def test_backward_matches_finite_differences():
     assert np.abs(grad.W1).sum() > 0
 
 
+def test_compiled_forward_is_ready_for_read_only_weights():
+    from pgpong.policy import _sparse_forward, compile_kernels
+
+    compile_kernels()
+    read_only = {sig[0].mutable for sig in _sparse_forward.signatures}
+    assert read_only == {True, False}  # Ray hands workers read-only weights: no compile mid-episode
+
+
 def test_sparse_forward_equals_dense():
     rng = np.random.default_rng(1)
     weights = Params.initial(hidden=200, seed=4)

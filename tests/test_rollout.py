@@ -89,7 +89,7 @@ def dense_reference(env, weights, episode, gamma):
 
 
 def test_sparse_float32_episode_matches_dense_float64_reference(weights):
-    """The reference sees RGB frames and preprocesses them; pgpong sees palette masks."""
+    """The reference sees RGB frames and preprocesses them; pgpong sees palette screens."""
     episode = EpisodeId(2, 1, 0)
     dW1, dW2, score, steps = dense_reference(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
     result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from time import perf_counter
 
 import gymnasium as gym
 import numpy as np
 
-from pgpong.frames import CROP, D, is_foreground
+from pgpong.frames import D, PaletteDiffer
 
 UP, DOWN = 2, 3  # ALE calls them RIGHT and LEFT; in Pong they move the paddle up and down
 
@@ -37,15 +38,15 @@ def check_env_id(env_id: str) -> None:
 
 def make_env(env_id: str, max_episode_steps: int | None = None, endless: bool = False) -> gym.Env:
     """The environment pgpong plays: created once, reset with each episode's seed,
-    observing the 80x80 mask of SPEC section 2 (as a flat int8 array).
+    observing the network's input of SPEC section 2 as (indices, values).
 
     endless=True keeps starting new matches inside one episode until
     max_episode_steps: a long episode on demand, for memory measurements.
     """
     if endless:
-        env = _EndlessMatches(SeededAtari(env_id, observation="mask"))
+        env = _EndlessMatches(SeededAtari(env_id, observation="difference"))
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
-    return SeededAtari(env_id, max_episode_steps, observation="mask")
+    return SeededAtari(env_id, max_episode_steps, observation="difference")
 
 
 def make_gymnasium_env(env_id: str) -> gym.Env:
@@ -67,15 +68,15 @@ class SeededAtari(gym.Env):
     from the episode's own generator; and every match starts from a snapshot of
     the freshly reset emulator. An episode then depends on its seed alone.
 
-    observation="rgb" gives Gymnasium's 210x160x3 frames. observation="mask" gives
-    what preprocess() would make of them, but computed from ALE's palette-index
-    screen (30 times cheaper to fetch than RGB) through a palette -> red table that
-    is learned from the RGB screen whenever a new colour appears: exact, and fast.
-    The returned observation is one buffer, overwritten by the next step.
+    observation="rgb" gives Gymnasium's 210x160x3 frames, in one buffer overwritten
+    by the next step. observation="difference" gives the network's input, the
+    sparse difference of consecutive masks (intp indices, int8 values; empty after
+    a reset), computed from ALE's palette-index screen, which is 30 times cheaper to
+    fetch than the RGB one (frames.PaletteDiffer). `preprocess_seconds` adds up the
+    time spent making those inputs, for the benchmark.
     """
 
     metadata = {"render_modes": []}
-    UNKNOWN = 2  # a palette index whose colour has not been seen yet
 
     def __init__(self, env_id: str, max_episode_steps: int | None = None, observation: str = "rgb"):
         _register()
@@ -91,15 +92,19 @@ class SeededAtari(gym.Env):
         self.max_episode_steps = max_episode_steps
         self._actions = self.ale.getMinimalActionSet()
         self._rgb = np.empty(self.observation_space.shape, dtype=np.uint8)
-        self._mask_mode = observation == "mask"
-        if self._mask_mode:
-            self.observation_space = gym.spaces.Box(0, 1, (D,), dtype=np.int8)
-            self._palette = np.empty(self._rgb.shape[:2], dtype=np.uint8)
-            self._foreground = np.full(256, self.UNKNOWN, dtype=np.int8)  # palette index -> 1, 0 or UNKNOWN
-            self._mask = np.empty((80, 80), dtype=np.int8)
+        self._differ = PaletteDiffer(self._rgb_screen) if observation == "difference" else None
+        self.preprocess_seconds = 0.0
+        if self._differ:
+            self.observation_space = gym.spaces.Tuple(
+                (gym.spaces.Sequence(gym.spaces.Discrete(D)), gym.spaces.Sequence(gym.spaces.Discrete(3, start=-1)))
+            )
         self._atari.reset(seed=0)  # loads the ROM, once
         # The snapshot holds the emulator but not the screen it last drew: keep that too.
-        self._start, self._start_obs = self.ale.cloneState(), self._observe().copy()
+        self._start = self.ale.cloneState()
+        self._start_screen = self.ale.getScreen() if self._differ else self._rgb_screen().copy()
+        if self._differ:  # learn the start screen's colours while ALE still shows it
+            np.copyto(self._differ.incoming, self._start_screen)
+            self._differ.start()
         self._rng = np.random.default_rng(0)
         self._uniforms = np.empty(0)
         self._next_uniform = 0
@@ -113,9 +118,11 @@ class SeededAtari(gym.Env):
         self.ale.restoreState(self._start)
         self._steps = 0
         self._held = self._actions[0]
-        obs = self._mask.ravel() if self._mask_mode else self._rgb
-        np.copyto(obs, self._start_obs)
-        return obs, {}
+        if not self._differ:
+            np.copyto(self._rgb, self._start_screen)
+            return self._rgb, {}
+        np.copyto(self._differ.incoming, self._start_screen)
+        return self._differ.start(), {}
 
     def step(self, action: int):
         skip = self.frameskip if isinstance(self.frameskip, int) else int(self._rng.integers(*self.frameskip))
@@ -130,24 +137,18 @@ class SeededAtari(gym.Env):
         truncated = self.ale.game_truncated() or self._steps == self.max_episode_steps
         return self._observe(), float(reward), terminated, truncated, {}
 
-    def _observe(self) -> np.ndarray:
-        if not self._mask_mode:
-            self.ale.getScreenRGB(self._rgb)
-            return self._rgb
-        self.ale.getScreen(self._palette)
-        cropped = self._palette[CROP]
-        np.take(self._foreground, cropped, out=self._mask)
-        if self._mask.max() == self.UNKNOWN:
-            self._learn_colours(cropped)
-            np.take(self._foreground, cropped, out=self._mask)
-        return self._mask.ravel()
+    def _observe(self):
+        if not self._differ:
+            return self._rgb_screen()
+        began = perf_counter()
+        self.ale.getScreen(self._differ.incoming)
+        difference = self._differ.difference()
+        self.preprocess_seconds += perf_counter() - began
+        return difference
 
-    def _learn_colours(self, cropped: np.ndarray) -> None:
-        """Look up, on the RGB screen, the red value of the palette indices not seen yet."""
+    def _rgb_screen(self) -> np.ndarray:
         self.ale.getScreenRGB(self._rgb)
-        red = self._rgb[CROP][..., 0]
-        for index in np.unique(cropped[self._foreground[cropped] == self.UNKNOWN]):
-            self._foreground[index] = is_foreground(red[cropped == index][0])
+        return self._rgb
 
     def _uniform(self) -> float:
         if self._next_uniform == len(self._uniforms):

@@ -9,7 +9,6 @@ from typing import NamedTuple
 import numpy as np
 
 from pgpong.envs import DOWN, UP
-from pgpong.frames import FrameDiffer
 from pgpong.policy import EpisodeGradient, Params, backward, forward, inputs_matrix
 from pgpong.returns import discounted_returns, standardise
 
@@ -83,33 +82,29 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
     record = EpisodeRecord()
-    frames = FrameDiffer()
     uniforms, drawn = rng.random(4096), 0
-    emulator = prep = fwd = 0.0
+    stepping = fwd = 0.0
+    prep_before = env.unwrapped.preprocess_seconds  # the environment makes the inputs
 
     t0 = perf_counter()
-    obs, _ = env.reset(seed=env_seed)
+    (indices, values), _ = env.reset(seed=env_seed)  # the first input, with no previous frame, is all zeros
     t1 = perf_counter()
     reset = t1 - t0
-    frames.reset(obs)  # the first input, with no previous frame, is all zeros; obs is the mask
     while True:
         t0 = perf_counter()
-        indices, values = frames.difference(obs)
-        t1 = perf_counter()
         _, p_up = forward(weights, indices, values)
-        t2 = perf_counter()
+        t1 = perf_counter()
         if drawn == len(uniforms):  # the same stream of draws, taken in blocks
             uniforms, drawn = rng.random(len(uniforms)), 0
         up = uniforms[drawn] < p_up
         drawn += 1
         record.add(indices, values, (1.0 if up else 0.0) - p_up)  # grad of log p(action) w.r.t. logit
+        t2 = perf_counter()
+        (indices, values), reward, terminated, truncated, _ = env.step(UP if up else DOWN)
         t3 = perf_counter()
-        obs, reward, terminated, truncated, _ = env.step(UP if up else DOWN)
-        t4 = perf_counter()
         record.set_reward(reward)
-        prep += t1 - t0
-        fwd += t2 - t1
-        emulator += t4 - t3
+        fwd += t1 - t0
+        stepping += t3 - t2
         if terminated or truncated:
             break
 
@@ -121,9 +116,10 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     grad = backward(weights, X, record.dlogits[:steps] * advantages)
     t1 = perf_counter()
     seconds = t1 - began
+    prep = env.unwrapped.preprocess_seconds - prep_before
     timings = {
         "reset": reset,
-        "emulator": emulator,
+        "emulator": stepping - prep,
         "preprocess": prep,
         "forward": fwd,
         "backward": t1 - t0,

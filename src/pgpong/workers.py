@@ -21,7 +21,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
-from pgpong.policy import Params
+from pgpong.policy import Params, compile_kernels
 from pgpong.rollout import EpisodeId, EpisodeResult, play_episode
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
@@ -59,6 +59,7 @@ class RolloutWorker:
         threadpool_limits(1)
         self.env_id = env_id
         self.env = make_env(env_id, max_episode_steps, endless)
+        compile_kernels()
         self.gamma = gamma
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
