@@ -28,7 +28,10 @@ def objective(weights, X, actions_up, advantages):
     return total
 
 
-def test_backward_matches_finite_differences():
+@pytest.mark.parametrize("chunk", [None, 4])  # 9 steps: one chunk, or chunks of 4, 4 and 1
+def test_backward_matches_finite_differences(chunk, monkeypatch):
+    if chunk:
+        monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", chunk)
     rng = np.random.default_rng(0)
     weights, X, up, adv = small_episode(rng)
     ps = np.array([forward_dense(weights, x)[1] for x in X.toarray()])

@@ -88,8 +88,11 @@ def dense_reference(env, weights, episode, gamma):
     return dW1, dW2, sum(rewards), len(rewards)
 
 
-def test_sparse_float32_episode_matches_dense_float64_reference(weights):
+@pytest.mark.parametrize("chunk", [None, 96])  # 500 steps: one backward chunk, or six of them
+def test_sparse_float32_episode_matches_dense_float64_reference(weights, chunk, monkeypatch):
     """The reference sees RGB frames and preprocesses them; pgpong sees palette screens."""
+    if chunk:
+        monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", chunk)
     episode = EpisodeId(2, 1, 0)
     dW1, dW2, score, steps = dense_reference(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
     result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)

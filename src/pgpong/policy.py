@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from pgpong.frames import D
 
 DTYPE = np.float32
+BACKWARD_STEPS = 2048  # steps per chunk of the backward pass: about 5 MB of scratch
 # Stream of the initial weights; episode seeds are [seed, batch, episode] with
 # batch < 2**32 - 1, so the two never meet.
 INIT_STREAM = 2**32 - 1
@@ -135,19 +136,25 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
 
     dlogits are the advantage-weighted (y_t - p_t) of SPEC section 4. The hidden
     activations are recomputed from the sparse inputs (cheaper than keeping 200
-    floats for every step), and only the pixels the episode touched take part.
+    floats for every step), only the pixels the episode touched take part, and the
+    steps are taken BACKWARD_STEPS at a time, so the memory it needs does not grow
+    with the episode's length.
     """
     dlogits = dlogits.astype(weights.W1.dtype, copy=False)
     columns, compact = np.unique(X.indices, return_inverse=True)
     Xc = sp.csr_matrix((X.data, compact.astype(X.indices.dtype), X.indptr), shape=(X.shape[0], len(columns)))
     W1c = weights.W1.T.take(columns, axis=0)  # (n, H): the touched pixels' weights
-    hs = np.asarray(Xc @ W1c)  # (T, H)
-    np.maximum(hs, 0, out=hs)
-    dW2 = hs.T @ dlogits
-    dh = np.outer(dlogits, weights.W2)  # (T, H)
-    dh[hs <= 0] = 0
-    dW1c = np.asarray(Xc.T @ dh).T  # (H, n), Fortran order as a transposed view
-    return EpisodeGradient(columns, dW1c, dW2)
+    dW1c = np.zeros_like(W1c)  # (n, H), transposed at the end
+    dW2 = np.zeros_like(weights.W2)
+    for start in range(0, X.shape[0], BACKWARD_STEPS):
+        x, g = Xc[start : start + BACKWARD_STEPS], dlogits[start : start + BACKWARD_STEPS]
+        hs = np.asarray(x @ W1c)  # (t, H)
+        np.maximum(hs, 0, out=hs)
+        dW2 += hs.T @ g
+        dh = np.multiply.outer(g, weights.W2)  # (t, H)
+        dh[hs <= 0] = 0
+        dW1c += x.T @ dh
+    return EpisodeGradient(columns, dW1c.T, dW2)  # (H, n), Fortran order as a transposed view
 
 
 class RMSProp:
