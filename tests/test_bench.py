@@ -10,7 +10,7 @@ from conftest import run_pgpong
 @pytest.mark.slow
 def test_bench_smoke_prints_every_section_with_plausible_numbers():
     args = ["bench", "--workers", "2", "--batch-sizes", "1,2", "--train-batches", "1", "--update-batches", "1",
-            "--ceiling-seconds", "1.5", "--max-episode-steps", "150", "--memory-steps", "600"]
+            "--ceiling-seconds", "1.5", "--original-seconds", "1", "--max-episode-steps", "150", "--memory-steps", "600"]
     proc = run_pgpong(*args, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -21,6 +21,9 @@ def test_bench_smoke_prints_every_section_with_plausible_numbers():
     assert ceiling["gymnasium_seeded_reset_s"] > ceiling["pgpong_seeded_reset_s"] > 0
     assert training["steps_per_s_median"] > 0
     assert 0 < training["ratio_to_ceiling"] < 1.5
+    original = report["original"]
+    assert original["episodes"] >= 2 and 0 < original["steps_per_s"] < 1.5 * ceiling["steps_per_s"]
+    assert training["speedup_vs_original"] == pytest.approx(training["steps_per_s_median"] / original["steps_per_s"])
 
     per_step = report["time"]["worker_us_per_step"]
     assert set(per_step) == {"emulator", "preprocess", "forward", "bookkeeping"}
@@ -48,7 +51,8 @@ def test_bench_text_output_has_every_table():
         "setup": {"env_id": "ALE/Pong-v5", "workers": 2, "cpus": 2, "python": "3.11", "max_episode_steps": None},
         "ceiling": {"steps_per_s": 4000.0, "reset_s_per_match": 0.008, "matches": 9, "gymnasium_seeded_reset_s": 0.15,
                     "pgpong_seeded_reset_s": 0.0001},
-        "training": {"steps_per_s_median": 3500.0, "ratio_to_ceiling": 0.875, "batches": 3},
+        "original": {"steps_per_s": 1000.0, "episodes": 8},
+        "training": {"steps_per_s_median": 3500.0, "ratio_to_ceiling": 0.875, "speedup_vs_original": 3.5, "batches": 3},
         "time": {
             "worker_us_per_step": {"emulator": 400.0, "preprocess": 30.0, "forward": 20.0, "bookkeeping": 9.0},
             "worker_ms_per_episode": {"reset": 150.0, "backward": 6.0},
@@ -60,7 +64,7 @@ def test_bench_text_output_has_every_table():
                    "worker_peak_rss_bytes": 150 * 2**20, "worker_rss_before_bytes": 110 * 2**20},
     }
     text = format_report(report)
-    for needle in ("| 4,000 |", "**0.88**", "| emulator | 400.0 us/step |", "waiting for the slowest episode",
+    for needle in ("| 4,000 |", "**0.88**", "| 1,000 | 0.25 |", "3.5 times as fast as the original", "| emulator | 400.0 us/step |", "waiting for the slowest episode",
                    "| 10 | 2 | 2.50 |", "93 bytes/step", "150 MB"):
         assert needle in text, needle
 
@@ -70,3 +74,5 @@ def test_bench_refuses_bad_values():
     assert proc.returncode == 2 and "--batch-sizes" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_pgpong("bench", "--workers", "0")
     assert proc.returncode == 2 and "--workers" in proc.stderr
+    proc = run_pgpong("bench", "--original-seconds", "0")
+    assert proc.returncode == 2 and "--original-seconds must be positive" in proc.stderr

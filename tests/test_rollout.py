@@ -1,13 +1,13 @@
-"""Real ALE episodes: shapes, score range, reuse of one environment, dense reference."""
+"""Real ALE episodes: shapes, score range, reuse of one environment, the original dense algorithm as reference."""
 
 import numpy as np
 import pytest
 
-from pgpong.envs import DOWN, UP, SeededAtari, make_env
-from pgpong.frames import D, preprocess
+from pgpong.envs import SeededAtari, make_env
+from pgpong.frames import D
+from pgpong.original import play_episode_dense
 from pgpong.policy import Params
-from pgpong.returns import discounted_returns, standardise
-from pgpong.rollout import EpisodeId, episode_seeds, play_episode
+from pgpong.rollout import EpisodeId, play_episode
 
 GAMMA = 0.99
 
@@ -59,42 +59,13 @@ def test_other_pong_ids_work_and_replay(weights, env_id):
     assert_same_episode(a, b)
 
 
-def dense_reference(env, weights, episode, gamma):
-    """The original dense float64 computation, step by step (Karpathy's code, restated)."""
-    W1, W2 = weights.W1.astype(np.float64), weights.W2.astype(np.float64)
-    env_seed, rng = episode_seeds(episode)
-    uniforms = rng.random(4096)
-    obs, _ = env.reset(seed=env_seed)
-    prev = None
-    xs, hs, dlogps, rewards = [], [], [], []
-    while True:
-        cur = preprocess(obs).astype(np.float64)
-        x = cur - prev if prev is not None else np.zeros(D)
-        prev = cur
-        h = np.maximum(W1 @ x, 0)
-        p = 1 / (1 + np.exp(-(W2 @ h)))
-        up = uniforms[len(xs)] < p
-        xs.append(x), hs.append(h), dlogps.append(float(up) - p)
-        obs, r, term, trunc, _ = env.step(UP if up else DOWN)
-        rewards.append(r)
-        if term or trunc:
-            break
-    adv = standardise(discounted_returns(np.array(rewards), gamma))
-    eph, epx, epdlogp = np.vstack(hs), np.vstack(xs), np.array(dlogps) * adv
-    dW2 = eph.T @ epdlogp
-    dh = np.outer(epdlogp, W2)
-    dh[eph <= 0] = 0
-    dW1 = dh.T @ epx
-    return dW1, dW2, sum(rewards), len(rewards)
-
-
 @pytest.mark.parametrize("chunk", [None, 96])  # 500 steps: one backward chunk, or six of them
 def test_sparse_float32_episode_matches_dense_float64_reference(weights, chunk, monkeypatch):
     """The reference sees RGB frames and preprocesses them; pgpong sees palette screens."""
     if chunk:
         monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", chunk)
     episode = EpisodeId(2, 1, 0)
-    dW1, dW2, score, steps = dense_reference(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
+    dW1, dW2, score, steps = play_episode_dense(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
     result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)
     assert (result.score, result.steps) == (score, steps)
     scale = np.abs(dW1).max()

@@ -1,5 +1,6 @@
-"""`pgpong bench`: training throughput against the environment's own ceiling, where
-the time goes, seconds per update for several batch sizes, and memory; in one run."""
+"""`pgpong bench`: training throughput against the environment's own ceiling and
+against the original algorithm, where the time goes, seconds per update for several
+batch sizes, and memory; in one run."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class BenchOptions:
     train_batches: int = 3  # measured after one warm-up batch
     update_batches: int = 2  # per batch size, after one warm-up batch
     ceiling_seconds: float = 10.0
+    original_seconds: float = 10.0
     max_episode_steps: int | None = None
     memory_steps: int = 10_000
     address: str | None = None
@@ -49,9 +51,11 @@ def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, An
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
             say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
             report["ceiling"] = _ceiling(pool, opts.ceiling_seconds)
+            say(f"original: {workers} worker(s) playing the original dense float64 algorithm for {opts.original_seconds:g} s")
+            report["original"] = _original(pool, opts)
             say(f"training: batch 10, 1 warm-up + {opts.train_batches} batches")
             reports = _train(pool, opts, batch_size=10, batches=opts.train_batches)
-            report["training"] = _training_figures(reports, report["ceiling"])
+            report["training"] = _training_figures(reports, report["ceiling"], report["original"])
             report["time"] = _where_time_goes(reports)
             report["updates"] = []
             for size in opts.batch_sizes:
@@ -93,6 +97,13 @@ def _ceiling(pool: RayPool, seconds: float) -> dict[str, float]:
     }
 
 
+def _original(pool: RayPool, opts: BenchOptions) -> dict[str, float]:
+    """All workers play the original algorithm's episodes (pgpong.original) at once."""
+    runs = pool.call_all("original_play", opts.original_seconds, opts.seed)
+    steps_per_s = sum(r["steps"] for r in runs) / max(r["seconds"] for r in runs)
+    return {"steps_per_s": steps_per_s, "episodes": sum(r["episodes"] for r in runs)}
+
+
 def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> list[BatchReport]:
     """The real trainer (checkpoints included) in a scratch run directory; warm-up dropped."""
     settings = {"env_id": opts.env_id, "batch_size": batch_size, "seed": opts.seed,
@@ -104,7 +115,7 @@ def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> 
         return [trainer.train_batch() for _ in range(batches + 1)][1:]
 
 
-def _training_figures(reports: list[BatchReport], ceiling: dict[str, float]) -> dict[str, float]:
+def _training_figures(reports: list[BatchReport], ceiling: dict[str, float], original: dict[str, float]) -> dict[str, float]:
     per_batch = [r.row.steps_per_s for r in reports]
     steps = sum(_batch_steps(r) for r in reports)
     seconds = sum(r.row.batch_s for r in reports)
@@ -113,6 +124,7 @@ def _training_figures(reports: list[BatchReport], ceiling: dict[str, float]) -> 
         "steps_per_s_median": median,
         "steps_per_s_overall": steps / seconds,
         "ratio_to_ceiling": median / ceiling["steps_per_s"],
+        "speedup_vs_original": median / original["steps_per_s"],
         "seconds_per_batch_median": statistics.median(r.row.batch_s for r in reports),
         "episode_len_mean": statistics.mean(r.row.episode_len_mean for r in reports),
         "batches": len(reports),
@@ -164,7 +176,7 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
 
 def format_report(report: dict[str, Any]) -> str:
     """Markdown tables a user can paste into an issue."""
-    s, c, t, tm, m = (report[k] for k in ("setup", "ceiling", "training", "time", "memory"))
+    s, c, o, t, tm, m = (report[k] for k in ("setup", "ceiling", "original", "training", "time", "memory"))
     lines = [
         f"pgpong bench: {s['env_id']}, {s['workers']} worker(s) on {s['cpus']} CPU(s), Python {s['python']}"
         + (f", episodes cut at {s['max_episode_steps']} steps" if s["max_episode_steps"] else ", full matches"),
@@ -174,6 +186,10 @@ def format_report(report: dict[str, Any]) -> str:
         f"| ceiling: Gymnasium's env, random UP/DOWN, nothing else | {c['steps_per_s']:,.0f} | 1.00 |",
         f"| training, batch 10 (median of {t['batches']} batches) | {t['steps_per_s_median']:,.0f} |"
         f" **{t['ratio_to_ceiling']:.2f}** |",
+        f"| the original algorithm's episodes (dense float64), no driver | {o['steps_per_s']:,.0f} |"
+        f" {o['steps_per_s'] / c['steps_per_s']:.2f} |",
+        "",
+        f"Training runs {t['speedup_vs_original']:.1f} times as fast as the original algorithm on the same workers.",
         "",
         f"Resets per match: Gymnasium's plain reset {1e3 * c['reset_s_per_match']:.1f} ms (in the ceiling); "
         f"its seeded reset, which reloads the ROM, {1e3 * c['gymnasium_seeded_reset_s']:.0f} ms; "
@@ -215,5 +231,6 @@ def validate(opts: BenchOptions) -> None:
     for name in ("train_batches", "update_batches", "memory_steps"):
         if getattr(opts, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
-    if not opts.ceiling_seconds > 0:
-        raise ConfigError(f"--ceiling-seconds must be positive, got {opts.ceiling_seconds}")
+    for name in ("ceiling_seconds", "original_seconds"):
+        if not getattr(opts, name) > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")

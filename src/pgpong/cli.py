@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="measure training speed against the environment's own ceiling",
         description="Measure, in one run: the environment's ceiling (random play), training "
-        "throughput and its ratio to the ceiling, where the time goes, seconds per update for "
+        "throughput and its ratio to the ceiling, the original dense algorithm's speed, where the time goes, seconds per update for "
         "several batch sizes, and memory. Prints Markdown tables (or --json).",
     )
     _add_bench_arguments(bench)
@@ -83,6 +83,8 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"batches timed per batch size, after a warm-up batch (default: {d.update_batches})")
     p.add_argument("--ceiling-seconds", type=float, default=d.ceiling_seconds, metavar="S",
                    help=f"seconds of random play for the ceiling (default: {d.ceiling_seconds:g})")
+    p.add_argument("--original-seconds", type=float, default=d.original_seconds, metavar="S",
+                   help=f"seconds the original dense algorithm plays, for comparison (default: {d.original_seconds:g})")
     p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut episodes short (default: full matches)")
     p.add_argument("--memory-steps", type=int, default=d.memory_steps, metavar="N",
                    help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})")
@@ -234,7 +236,7 @@ def bench(args: argparse.Namespace) -> int:
 
     opts = BenchOptions(
         workers=args.workers, env_id=args.env_id, batch_sizes=args.batch_sizes, train_batches=args.train_batches,
-        update_batches=args.update_batches, ceiling_seconds=args.ceiling_seconds,
+        update_batches=args.update_batches, ceiling_seconds=args.ceiling_seconds, original_seconds=args.original_seconds,
         max_episode_steps=args.max_episode_steps, memory_steps=args.memory_steps,
         address=args.address or os.environ.get("RAY_ADDRESS") or None,
     )

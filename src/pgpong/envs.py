@@ -36,17 +36,20 @@ def check_env_id(env_id: str) -> None:
         raise UnknownEnvironment(f"environment id {env_id!r} is not an RGB Atari (ALE) environment")
 
 
-def make_env(env_id: str, max_episode_steps: int | None = None, endless: bool = False) -> gym.Env:
+def make_env(
+    env_id: str, max_episode_steps: int | None = None, endless: bool = False, observation: str = "difference"
+) -> gym.Env:
     """The environment pgpong plays: created once, reset with each episode's seed,
-    observing the network's input of SPEC section 2 as (indices, values).
+    observing the network's input of SPEC section 2 as (indices, values), or with
+    observation="rgb" the RGB frames themselves (for the original algorithm).
 
     endless=True keeps starting new matches inside one episode until
     max_episode_steps: a long episode on demand, for memory measurements.
     """
     if endless:
-        env = _EndlessMatches(SeededAtari(env_id, observation="difference"))
+        env = _EndlessMatches(SeededAtari(env_id, observation=observation))
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
-    return SeededAtari(env_id, max_episode_steps, observation="difference")
+    return SeededAtari(env_id, max_episode_steps, observation=observation)
 
 
 def make_gymnasium_env(env_id: str) -> gym.Env:

@@ -58,6 +58,7 @@ class RolloutWorker:
         _test_fault("start")
         threadpool_limits(1)
         self.env_id = env_id
+        self.max_episode_steps = max_episode_steps
         self.env = make_env(env_id, max_episode_steps, endless)
         compile_kernels()
         self.gamma = gamma
@@ -92,6 +93,22 @@ class RolloutWorker:
         env.close()
         return {"steps": steps, "matches": matches, "seconds": elapsed, "reset_s": reset_s,
                 "seeded_reset_s": seeded_reset_s, "pgpong_reset_s": pgpong_reset_s}
+
+    def original_play(self, seconds: float, seed: int) -> dict[str, float]:
+        """The original algorithm (pgpong.original: dense float64) playing whole episodes
+        for at least `seconds`, on the same environment stepping: the speed pgpong started from."""
+        from pgpong.original import play_episode_dense
+
+        env = make_env(self.env_id, self.max_episode_steps, observation="rgb")
+        weights = Params.initial(200, seed)
+        steps = episodes = 0
+        began = time.perf_counter()
+        while episodes == 0 or time.perf_counter() - began < seconds:
+            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), 0.99).steps
+            episodes += 1
+        elapsed = time.perf_counter() - began
+        env.close()
+        return {"steps": steps, "episodes": episodes, "seconds": elapsed}
 
     def peak_rss(self) -> int:
         """Peak resident memory of this process so far, in bytes."""
