@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="measure training speed against the environment's own ceiling",
         description="Measure, in one run: the environment's ceiling (random play), training "
-        "throughput and its ratio to the ceiling, the original dense algorithm's speed, where the time goes, seconds per update for "
-        "several batch sizes, and memory. Prints Markdown tables (or --json).",
+        "throughput and its ratio to the ceiling, the original dense algorithm's speed, where "
+        "the time goes, seconds per update for several batch sizes, and memory. Prints "
+        "Markdown tables (or --json).",
     )
     _add_bench_arguments(bench)
     return parser

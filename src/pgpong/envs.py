@@ -104,10 +104,12 @@ class SeededAtari(gym.Env):
         self._atari.reset(seed=0)  # loads the ROM, once
         # The snapshot holds the emulator but not the screen it last drew: keep that too.
         self._start = self.ale.cloneState()
-        self._start_screen = self.ale.getScreen() if self._differ else self._rgb_screen().copy()
         if self._differ:  # learn the start screen's colours while ALE still shows it
+            self._start_screen = self.ale.getScreen()
             np.copyto(self._differ.incoming, self._start_screen)
             self._differ.start()
+        else:
+            self._start_screen = self._rgb_screen().copy()
         self._rng = np.random.default_rng(0)
         self._uniforms = np.empty(0)
         self._next_uniform = 0

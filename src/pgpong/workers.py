@@ -104,7 +104,7 @@ class RolloutWorker:
         steps = episodes = 0
         began = time.perf_counter()
         while episodes == 0 or time.perf_counter() - began < seconds:
-            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), 0.99).steps
+            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), self.gamma).steps
             episodes += 1
         elapsed = time.perf_counter() - began
         env.close()
