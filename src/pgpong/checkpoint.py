@@ -131,12 +131,19 @@ def load_checkpoint(path: Path) -> TrainingState:
 
 def load_weights(path: Path) -> Params:
     """The policy weights of a pgpong checkpoint, or of any .npz with W1 (H, 6400) and W2 (H,)."""
+    return read_weights(path)[0]
+
+
+def read_weights(path: Path) -> tuple[Params, dict[str, Any]]:
+    """The policy weights of a checkpoint or weights file, and the settings its run
+    recorded ({} for a file with W1 and W2 only)."""
     arrays, header = _read(path, need_header=False)
     if header:
-        return load_checkpoint(path).weights
+        state = load_checkpoint(path)
+        return state.weights, state.info
     if "W1" not in arrays or "W2" not in arrays:
         raise CheckpointError(f"{path}: no arrays named W1 and W2")
-    return _checked_params(path, arrays["W1"], arrays["W2"])
+    return _checked_params(path, arrays["W1"], arrays["W2"]), {}
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

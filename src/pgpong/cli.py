@@ -1,4 +1,4 @@
-"""`pgpong train | bench`: the command line."""
+"""`pgpong train | play | bench`: the command line."""
 
 from __future__ import annotations
 
@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_train_arguments(train)
+    play = sub.add_parser(
+        "play",
+        help="play matches against Pong's built-in player with a trained policy",
+        description="Judge a policy: full matches against Pong's built-in player, one line per match, "
+        "then the mean score, matches won and points. Match k is seeded from (--seed, k), so an "
+        "evaluation repeats exactly, whatever the number of workers.",
+    )
+    _add_play_arguments(play)
     bench = sub.add_parser(
         "bench",
         help="measure training speed against the environment's own ceiling",
@@ -91,6 +99,22 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})")
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def _add_play_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", nargs="?", type=Path, default=None, metavar="CHECKPOINT",
+                   help="a checkpoint file, a run directory (its newest good checkpoint), or any .npz "
+                   "with W1 (H, 6400) and W2 (H,) (default: the agent shipped with pgpong)")
+    p.add_argument("--episodes", type=int, default=10, metavar="N", help="matches to play (default: 10)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="Ray workers; 0 = play in this process, without Ray (default: the CPUs of the Ray cluster)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="match k is seeded from (seed, k) (default: 0)")
+    p.add_argument("--env-id", default=None, metavar="ID",
+                   help="environment id (default: the one the checkpoint was trained on, else ALE/Pong-v5)")
+    p.add_argument("--greedy", action="store_true", help="take the likelier action instead of sampling it")
+    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut matches after N steps (default: full matches)")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (match lines go to stderr)")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -137,6 +161,8 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "train":
             return train(args)
+        if args.command == "play":
+            return play(args)
         if args.command == "bench":
             return bench(args)
         raise AssertionError(args.command)
@@ -228,6 +254,58 @@ def train(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.close()
         stop_ray()
+
+
+def play(args: argparse.Namespace) -> int:
+    import json
+
+    from pgpong.envs import check_env_id
+    from pgpong.evaluate import evaluate, load_policy, match_line
+    from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
+
+    _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
+    _check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
+    _check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
+    _check(args.max_episode_steps is None or args.max_episode_steps >= 1,
+           f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
+    policy = load_policy(args.checkpoint)
+    env_id = args.env_id or policy.env_id or "ALE/Pong-v5"
+    check_env_id(env_id)
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    lines = sys.stderr if args.json else sys.stdout
+    pool = None
+    try:
+        pool = open_pool(env_id, args.max_episode_steps, 0.99, args.workers, address, at_most=args.episodes)
+        signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
+        where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
+        how = "greedy actions" if args.greedy else "sampled actions"
+        print(f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
+              f"{how}, seed {args.seed}, on {where}", file=lines, flush=True)
+        summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy,
+                           on_match=lambda r: print(match_line(r, args.episodes), file=lines, flush=True))
+    except ClusterError as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    except PoolError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt as exc:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("\npgpong: play interrupted", file=sys.stderr, flush=True)
+        return EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
+    finally:
+        if pool is not None:
+            pool.close()
+        stop_ray()
+    if args.json:
+        print(json.dumps({"env_id": env_id, "policy": policy.source, "seed": args.seed, "greedy": args.greedy,
+                          **summary.as_dict()}))
+    else:
+        print(summary.line(), flush=True)
+    return 0
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
 
 
 def bench(args: argparse.Namespace) -> int:

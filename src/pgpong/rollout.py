@@ -28,6 +28,18 @@ def episode_seeds(episode: EpisodeId) -> tuple[int, np.random.Generator]:
 
 
 @dataclass
+class MatchResult:
+    """One match played to judge a policy: no gradient."""
+
+    episode: EpisodeId
+    score: float
+    points_for: int
+    points_against: int
+    steps: int
+    seconds: float
+
+
+@dataclass
 class EpisodeResult:
     episode: EpisodeId
     grad: EpisodeGradient
@@ -133,6 +145,43 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
         seconds=seconds,
         timings=timings,
         record_bytes=record.used_bytes(),
+    )
+
+
+def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, observer=None) -> MatchResult:
+    """Play one match against the built-in player, as play_episode would (the same
+    seeds and draws, so the same score) but keeping nothing for a gradient.
+
+    greedy=True takes the likelier action instead of sampling. `observer`, if given,
+    is called after every decision with (env, indices, values, p_up): what the network
+    was shown and what it made of it (the recorder draws it).
+    """
+    began = perf_counter()
+    env_seed, rng = episode_seeds(episode)
+    uniforms, drawn = rng.random(4096), 0
+    (indices, values), _ = env.reset(seed=env_seed)
+    steps = points_for = points_against = 0
+    while True:
+        _, p_up = forward(weights, indices, values)
+        if drawn == len(uniforms):  # the same stream of draws as play_episode
+            uniforms, drawn = rng.random(len(uniforms)), 0
+        up = p_up > 0.5 if greedy else uniforms[drawn] < p_up
+        drawn += 1
+        if observer is not None:
+            observer(env, indices, values, p_up)
+        (indices, values), reward, terminated, truncated, _ = env.step(UP if up else DOWN)
+        steps += 1
+        points_for += reward > 0
+        points_against += reward < 0
+        if terminated or truncated:
+            break
+    return MatchResult(
+        episode=episode,
+        score=float(points_for - points_against),
+        points_for=points_for,
+        points_against=points_against,
+        steps=steps,
+        seconds=perf_counter() - began,
     )
 
 

@@ -13,6 +13,7 @@ import re
 import resource
 import signal
 import socket
+import sys
 import time
 from collections import deque
 from typing import Iterator, Protocol
@@ -22,7 +23,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
 from pgpong.policy import Params, compile_kernels
-from pgpong.rollout import EpisodeId, EpisodeResult, play_episode
+from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, play_episode, play_match
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
 # make the parallel version no faster than the serial one.
@@ -48,6 +49,8 @@ class Pool(Protocol):
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]: ...
 
+    def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
+
     def close(self) -> None: ...
 
 
@@ -66,6 +69,9 @@ class RolloutWorker:
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
         _test_fault("play", episode.batch)
         return play_episode(self.env, weights, episode, self.gamma)
+
+    def evaluate(self, weights: Params, match: EpisodeId, greedy: bool) -> MatchResult:
+        return play_match(self.env, weights, match, greedy)
 
     def random_play(self, seconds: float, seed: int) -> dict[str, float]:
         """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
@@ -156,6 +162,10 @@ class LocalPool:
         for episode in episodes:
             yield self.worker.play(weights, episode)
 
+    def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
+        for match in matches:
+            yield self.worker.evaluate(weights, match, greedy)
+
     def close(self) -> None:
         self.worker.env.close()
         self._limit.restore_original_limits()
@@ -228,6 +238,13 @@ class RayPool:
             raise PoolError(f"{what}, {self._failures} times in a row: {_reason(exc)}") from None
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
+        return self._run_batch("play", weights, episodes)
+
+    def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
+        return self._run_batch("evaluate", weights, matches, greedy)
+
+    def _run_batch(self, method: str, weights: Params, episodes: list[EpisodeId], *args) -> Iterator:
+        """Call RolloutWorker.`method`(weights, episode, *args) for every episode; yield in order."""
         ray = self._ray
         began = time.perf_counter()
         weights_ref = ray.put(weights)  # published once; every task reads it from the object store
@@ -242,7 +259,7 @@ class RayPool:
             for actor in [a for a in self._ready if a not in busy][: len(todo)]:
                 position = todo.popleft()
                 idle_since.pop(actor, None)
-                running[actor.play.remote(weights_ref, episodes[position])] = (actor, position)
+                running[getattr(actor, method).remote(weights_ref, episodes[position], *args)] = (actor, position)
             done, _ = ray.wait([*running, *self._starting], num_returns=1, timeout=1.0)
             for ref in done:
                 if ref in self._starting:
@@ -359,6 +376,25 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
         raise ClusterError(f"could not start Ray: {_reason(exc)}") from None
 
 
+def open_pool(
+    env_id: str,
+    max_episode_steps: int | None,
+    gamma: float,
+    workers: int | None,
+    address: str | None,
+    at_most: int | None = None,
+) -> Pool:
+    """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
+    cluster, at most `at_most`), joining the cluster at `address` or starting Ray
+    locally. Close it, then call stop_ray()."""
+    if workers == 0:
+        return LocalPool(env_id, max_episode_steps, gamma)
+    start_ray(address)
+    if workers is None:
+        workers = cluster_cpus() if at_most is None else min(at_most, cluster_cpus())
+    return RayPool(env_id, max_episode_steps, gamma, workers)
+
+
 def cluster_cpus() -> int:
     import ray
 
@@ -366,7 +402,6 @@ def cluster_cpus() -> int:
 
 
 def stop_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
+    ray = sys.modules.get("ray")  # never imported: nothing to stop (and no need to load it)
+    if ray is not None and ray.is_initialized():
         ray.shutdown()

@@ -1,0 +1,140 @@
+"""Judge a policy: full matches against Pong's built-in player, seeded so that an
+evaluation repeats exactly, played on a pool; no gradient."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId, MatchResult
+from pgpong.workers import Pool
+
+# Matches use their own seed stream: match k of an evaluation seeded s is played as
+# "episode k of batch EVAL_STREAM", a batch number no training run reaches.
+EVAL_STREAM = 2**32 - 2
+SHIPPED_AGENT = "pong-v5.npz"
+
+
+@dataclass
+class Policy:
+    """Weights to play with, where they came from, and what they were trained on (if known)."""
+
+    weights: Params
+    source: str
+    env_id: str | None = None
+    info: dict = field(default_factory=dict)
+
+
+def shipped_agent_path() -> Path:
+    return Path(str(resources.files("pgpong") / "agents" / SHIPPED_AGENT))
+
+
+def load_policy(where: Path | None) -> Policy:
+    """The weights of a checkpoint file, of a run directory's newest good checkpoint, of
+    any .npz with W1 (H, 6400) and W2 (H,), or (where=None) of the shipped agent."""
+    if where is None:
+        path = shipped_agent_path()
+        if not path.exists():
+            raise CheckpointError(f"the shipped agent {path} is missing from this installation")
+        return _policy_of(path, f"the shipped agent ({path.name})")
+    if where.is_dir():
+        folder = where / "checkpoints" if (where / "checkpoints").is_dir() else where
+        found = list_checkpoints(folder)
+        if not found:
+            raise CheckpointError(f"{where}: no checkpoint in this directory (expected ckpt-NNNNNN.npz files)")
+        problems = []
+        for path in reversed(found):
+            try:
+                return _policy_of(path, str(path))
+            except CheckpointError as exc:
+                problems.append(str(exc))
+        raise CheckpointError(f"{where}: no usable checkpoint ({problems[0]})")
+    if not where.exists():
+        raise CheckpointError(f"{where}: no such file or directory")
+    return _policy_of(where, str(where))
+
+
+def _policy_of(path: Path, source: str) -> Policy:
+    weights, info = read_weights(path)
+    env_id = info.get("env_id")
+    return Policy(weights, source, env_id if isinstance(env_id, str) else None, info)
+
+
+def match_ids(seed: int, count: int) -> list[EpisodeId]:
+    return [EpisodeId(seed, EVAL_STREAM, k) for k in range(count)]
+
+
+@dataclass
+class Summary:
+    episodes: int
+    mean_score: float
+    std_score: float
+    matches_won: int
+    points_for: int
+    points_against: int
+    scores: list[float]
+    steps: list[int]
+
+    def as_dict(self) -> dict:
+        return {
+            "episodes": self.episodes,
+            "mean_score": self.mean_score,
+            "std_score": self.std_score,
+            "matches_won": self.matches_won,
+            "points_for": self.points_for,
+            "points_against": self.points_against,
+            "scores": self.scores,
+            "steps": self.steps,
+        }
+
+    def line(self) -> str:
+        return (
+            f"mean score {self.mean_score:+.2f} +- {self.std_score:.2f} over {self.episodes} matches"
+            f" | won {self.matches_won} of {self.episodes}"
+            f" | points {self.points_for}:{self.points_against}"
+        )
+
+
+def summarise(results: list[MatchResult]) -> Summary:
+    scores = [r.score for r in results]
+    return Summary(
+        episodes=len(results),
+        mean_score=statistics.fmean(scores),
+        std_score=statistics.pstdev(scores),
+        matches_won=sum(r.points_for > r.points_against for r in results),
+        points_for=sum(r.points_for for r in results),
+        points_against=sum(r.points_against for r in results),
+        scores=scores,
+        steps=[r.steps for r in results],
+    )
+
+
+def evaluate(
+    pool: Pool,
+    weights: Params,
+    episodes: int,
+    seed: int = 0,
+    greedy: bool = False,
+    on_match: Callable[[MatchResult], None] | None = None,
+) -> Summary:
+    """Play `episodes` seeded matches on the pool; results come in match order."""
+    results = []
+    for result in pool.evaluate(weights, match_ids(seed, episodes), greedy):
+        results.append(result)
+        if on_match is not None:
+            on_match(result)
+    return summarise(results)
+
+
+def match_line(result: MatchResult, total: int) -> str:
+    k = result.episode.episode + 1
+    verdict = "won " if result.points_for > result.points_against else "lost"
+    return (
+        f"match {k:{len(str(total))}d}/{total} | {verdict} {result.points_for:2d}:{result.points_against:<2d}"
+        f" | score {result.score:+3.0f} | {result.steps:5d} steps"
+    )
