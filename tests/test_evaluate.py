@@ -78,7 +78,7 @@ def test_greedy_takes_the_likelier_action(weights_file, greedy):
     _, weights = weights_file
     env, p_up = ActionSpy(make_env("ALE/Pong-v5", 200)), []
     play_match(env, weights, EpisodeId(0, EVAL_STREAM, 0), greedy=greedy,
-               observer=lambda _env, _idx, _vals, p: p_up.append(p))
+               observer=lambda _env, _idx, _vals, p, _up: p_up.append(p))
     likelier = [UP if p > 0.5 else DOWN for p in p_up]
     assert len(env.actions) == len(p_up) == 200
     if greedy:

@@ -115,6 +115,13 @@ def _add_play_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut matches after N steps (default: full matches)")
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object (match lines go to stderr)")
+    p.add_argument("--record", type=Path, default=None, metavar="FILE",
+                   help="record the first match to FILE (.mp4 or .gif): the game, and beside it the "
+                   "difference frame the network sees and its probability of moving up")
+    p.add_argument("--record-episodes", type=int, default=1, metavar="K",
+                   help="record the first K matches, one file each (FILE-1.mp4, ...) (default: 1)")
+    p.add_argument("--fps", type=float, default=None, metavar="F",
+                   help="frames per second of the recording (default: real speed, 60 / the frameskip)")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -174,8 +181,9 @@ def bad_input() -> tuple[type[Exception], ...]:
     """The exceptions that mean the user's input cannot be used (exit status 2)."""
     from pgpong.checkpoint import CheckpointError
     from pgpong.envs import UnknownEnvironment
+    from pgpong.record import RecordingError
 
-    return ConfigError, CheckpointError, UnknownEnvironment
+    return ConfigError, CheckpointError, UnknownEnvironment, RecordingError
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -260,7 +268,8 @@ def play(args: argparse.Namespace) -> int:
     import json
 
     from pgpong.envs import check_env_id
-    from pgpong.evaluate import evaluate, load_policy, match_line
+    from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
+    from pgpong.record import check_output
     from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
 
     _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
@@ -268,6 +277,11 @@ def play(args: argparse.Namespace) -> int:
     _check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
     _check(args.max_episode_steps is None or args.max_episode_steps >= 1,
            f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
+    _check(1 <= args.record_episodes <= args.episodes,
+           f"--record-episodes must be from 1 to --episodes ({args.episodes}), got {args.record_episodes}")
+    _check(args.fps is None or 0 < args.fps <= 240, f"--fps must be in (0, 240], got {args.fps}")
+    if args.record is not None:
+        check_output(args.record)
     policy = load_policy(args.checkpoint)
     env_id = args.env_id or policy.env_id or "ALE/Pong-v5"
     check_env_id(env_id)
@@ -283,6 +297,10 @@ def play(args: argparse.Namespace) -> int:
               f"{how}, seed {args.seed}, on {where}", file=lines, flush=True)
         summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy,
                            on_match=lambda r: print(match_line(r, args.episodes), file=lines, flush=True))
+        if args.record is not None:
+            for message in record_matches(args.record, args.record_episodes, policy.weights, env_id,
+                                          args.max_episode_steps, args.seed, args.greedy, args.fps):
+                print(f"pgpong: {message}", file=lines, flush=True)
     except ClusterError as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
     except PoolError as exc:

@@ -110,6 +110,7 @@ class SeededAtari(gym.Env):
             self._differ.start()
         else:
             self._start_screen = self._rgb_screen().copy()
+        self._start_rgb = self._rgb_screen().copy()
         self._rng = np.random.default_rng(0)
         self._uniforms = np.empty(0)
         self._next_uniform = 0
@@ -150,6 +151,19 @@ class SeededAtari(gym.Env):
         difference = self._differ.difference()
         self.preprocess_seconds += perf_counter() - began
         return difference
+
+    def rgb(self) -> np.ndarray:
+        """The screen as a person sees it now (210x160x3), for recordings: a copy."""
+        # After a reset ALE still shows the previous match's last screen: the snapshot
+        # does not hold the screen, so the start screen is kept aside.
+        return self._start_rgb.copy() if self._steps == 0 else self._rgb_screen().copy()
+
+    def frames_per_step(self) -> float:
+        """Emulator frames per agent step (the mean, for a random frameskip)."""
+        if isinstance(self.frameskip, int):
+            return float(self.frameskip)
+        low, high = self.frameskip
+        return (low + high - 1) / 2
 
     def _rgb_screen(self) -> np.ndarray:
         self.ale.getScreenRGB(self._rgb)

@@ -7,11 +7,11 @@ import statistics
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
 from pgpong.policy import Params
-from pgpong.rollout import EpisodeId, MatchResult
+from pgpong.rollout import EpisodeId, MatchResult, play_match
 from pgpong.workers import Pool
 
 # Matches use their own seed stream: match k of an evaluation seeded s is played as
@@ -138,3 +138,35 @@ def match_line(result: MatchResult, total: int) -> str:
         f"match {k:{len(str(total))}d}/{total} | {verdict} {result.points_for:2d}:{result.points_against:<2d}"
         f" | score {result.score:+3.0f} | {result.steps:5d} steps"
     )
+
+
+def record_matches(
+    path: Path,
+    count: int,
+    weights: Params,
+    env_id: str,
+    max_episode_steps: int | None,
+    seed: int,
+    greedy: bool,
+    fps: float | None,
+) -> Iterator[str]:
+    """Play matches 0..count-1 of the evaluation again in this process (the same seeds
+    give the same matches) and record each to its file; yield a line about each."""
+    from pgpong.envs import make_env
+    from pgpong.record import EMULATOR_FPS, Recorder, numbered
+
+    env = make_env(env_id, max_episode_steps)
+    fps = fps or EMULATOR_FPS / env.unwrapped.frames_per_step()
+    try:
+        for match in match_ids(seed, count):
+            recorder = Recorder(numbered(path, match.episode, count), fps)
+            result = play_match(env, weights, match, greedy, observer=recorder)
+            recorder.save()
+            frames = len(recorder.frames)
+            line = (f"recorded match {match.episode + 1} ({result.points_for}:{result.points_against}) to "
+                    f"{recorder.path}: {frames} frames, {frames / fps:.0f} s at {fps:g} fps")
+            if recorder.cut:
+                line += f" (cut after {frames} of {result.steps} steps to keep the GIF under about 20 MB; use .mp4 for all)"
+            yield line
+    finally:
+        env.close()

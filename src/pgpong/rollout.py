@@ -153,8 +153,8 @@ def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, o
     seeds and draws, so the same score) but keeping nothing for a gradient.
 
     greedy=True takes the likelier action instead of sampling. `observer`, if given,
-    is called after every decision with (env, indices, values, p_up): what the network
-    was shown and what it made of it (the recorder draws it).
+    is called after every decision with (env, indices, values, p_up, up): what the
+    network was shown, what it made of it and what it did (the recorder draws it).
     """
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
@@ -168,7 +168,7 @@ def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, o
         up = p_up > 0.5 if greedy else uniforms[drawn] < p_up
         drawn += 1
         if observer is not None:
-            observer(env, indices, values, p_up)
+            observer(env, indices, values, p_up, up)
         (indices, values), reward, terminated, truncated, _ = env.step(UP if up else DOWN)
         steps += 1
         points_for += reward > 0

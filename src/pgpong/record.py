@@ -1,0 +1,224 @@
+"""Recordings of a policy playing: each frame is the game as a person sees it and,
+beside it, what the network sees (the 80x80 difference frame it was given, +1 and -1
+in two colours) with its probability of moving up. MP4 through imageio-ffmpeg (whose
+wheel ships ffmpeg), GIF through Pillow; both written atomically (temp file, rename)."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from pgpong.frames import SIDE
+
+EMULATOR_FPS = 60  # Atari frames per second
+GIF_MAX_BYTES = 20 * 2**20  # a GIF is cut before it grows past about this
+GIF_CHUNK = 200  # frames encoded at a time to measure a GIF's size as it grows
+MP4_BLOCK = 16  # H.264 macro block: frame sides are made multiples of it, not resized by imageio
+FORMATS = (".mp4", ".gif")
+
+BACKGROUND = (16, 20, 26)
+PANEL = (0, 0, 0)
+APPEARED = (255, 150, 40)  # +1: a paddle or ball pixel that is new in this frame
+VANISHED = (70, 160, 255)  # -1: one that was there in the previous frame
+TEXT = (225, 225, 225)
+DIM = (140, 145, 150)
+BAR_UP = (90, 200, 110)
+BAR_BACK = (55, 60, 68)
+# The palette GIF frames are mapped to: every colour drawn here and in Pong's screen.
+PONG_COLOURS = [(144, 72, 17), (213, 130, 74), (92, 186, 92), (236, 236, 236), (109, 118, 43), (0, 0, 0)]
+
+
+class RecordingError(ValueError):
+    """The recording cannot be written where or as asked (the message says why)."""
+
+
+def check_output(path: Path, formats: tuple[str, ...] = FORMATS) -> None:
+    """Refuse, before anything is played, an output file pgpong cannot write."""
+    if path.suffix.lower() not in formats:
+        raise RecordingError(f"{path}: unknown extension {path.suffix or '(none)'!r}; use {' or '.join(formats)}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise RecordingError(f"{path}: the directory {folder} does not exist")
+    if path.is_dir():
+        raise RecordingError(f"{path}: is a directory")
+    probe = folder / f".{path.name}.{os.getpid()}.probe"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
+def numbered(path: Path, k: int, count: int) -> Path:
+    """The file of the k-th recorded match (0-based): the path itself for a single one."""
+    return path if count == 1 else path.with_name(f"{path.stem}-{k + 1:0{len(str(count))}d}{path.suffix}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things go on a frame, for a scale s (the game is drawn s times its size)."""
+
+    scale: int
+
+    @property
+    def pad(self) -> int:
+        return 4 * self.scale
+
+    @property
+    def game(self) -> tuple[int, int]:  # width, height of the scaled screen
+        return 160 * self.scale, 210 * self.scale
+
+    @property
+    def cell(self) -> int:  # screen pixels per difference-frame pixel
+        return 2 * self.scale
+
+    @property
+    def panel_x(self) -> int:
+        return 2 * self.pad + self.game[0]
+
+    @property
+    def size(self) -> tuple[int, int]:
+        width = self.panel_x + SIDE * self.cell + self.pad
+        height = self.game[1] + 2 * self.pad
+        return _round_up(width, MP4_BLOCK), _round_up(height, MP4_BLOCK)
+
+
+def _round_up(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+class FrameDrawer:
+    """Composes one picture per step from the screen, the difference and P(UP)."""
+
+    def __init__(self, scale: int):
+        self.layout = lay = Layout(scale)
+        self.font = ImageFont.load_default(size=5 * scale + 1)
+        self.small = ImageFont.load_default(size=4 * scale + 1)
+        self.base = Image.new("RGB", lay.size, BACKGROUND)
+        draw = ImageDraw.Draw(self.base)
+        x, top = lay.panel_x, self._diff_top()
+        draw.text((x, lay.pad), "what the network sees", font=self.font, fill=TEXT)
+        draw.text((x, lay.pad + 7 * scale), "difference of two 80x80 frames", font=self.small, fill=DIM)
+        legend_y = top + SIDE * lay.cell + 3 * scale
+        box = 4 * scale
+        draw.rectangle((x, legend_y, x + box, legend_y + box), fill=APPEARED)
+        draw.text((x + box + 2 * scale, legend_y - scale // 2), "+1 appeared", font=self.small, fill=TEXT)
+        x2 = x + 42 * scale
+        draw.rectangle((x2, legend_y, x2 + box, legend_y + box), fill=VANISHED)
+        draw.text((x2 + box + 2 * scale, legend_y - scale // 2), "-1 vanished", font=self.small, fill=TEXT)
+        x3 = x + 84 * scale
+        draw.text((x3, legend_y - scale // 2), "agent: green, right", font=self.small, fill=DIM)
+
+    def _diff_top(self) -> int:
+        return self.layout.pad + 16 * self.layout.scale
+
+    def draw(self, screen: np.ndarray, indices: np.ndarray, values: np.ndarray, p_up: float, up: bool) -> np.ndarray:
+        """One frame (height, width, 3) uint8."""
+        lay, s = self.layout, self.layout.scale
+        frame = np.array(self.base)
+        game = screen.repeat(s, axis=0).repeat(s, axis=1)
+        frame[lay.pad : lay.pad + lay.game[1], lay.pad : lay.pad + lay.game[0]] = game
+        diff = np.zeros((SIDE * SIDE, 3), dtype=np.uint8)
+        diff[:] = PANEL
+        values = np.asarray(values)
+        diff[np.asarray(indices)[values > 0]] = APPEARED
+        diff[np.asarray(indices)[values < 0]] = VANISHED
+        big = diff.reshape(SIDE, SIDE, 3).repeat(lay.cell, axis=0).repeat(lay.cell, axis=1)
+        top, x = self._diff_top(), lay.panel_x
+        frame[top : top + big.shape[0], x : x + big.shape[1]] = big
+        image = Image.fromarray(frame)
+        self._bar(ImageDraw.Draw(image), top + big.shape[0] + 12 * s, p_up, up)
+        return np.asarray(image)
+
+    def _bar(self, draw: ImageDraw.ImageDraw, y: int, p_up: float, up: bool) -> None:
+        s, x = self.layout.scale, self.layout.panel_x
+        width, height = SIDE * self.layout.cell, 6 * s
+        draw.text((x, y), f"P(up) = {p_up:.2f}", font=self.font, fill=TEXT)
+        draw.text((x + width, y), f"moves {'UP' if up else 'DOWN'}", font=self.font, fill=TEXT, anchor="ra")
+        y += 8 * s
+        draw.rectangle((x, y, x + width - 1, y + height), fill=BAR_BACK)
+        if p_up > 0:
+            draw.rectangle((x, y, x + max(1, round(p_up * width)) - 1, y + height), fill=BAR_UP)
+        middle = x + width // 2
+        draw.line((middle, y - s, middle, y + height + s), fill=TEXT, width=max(1, s // 2))
+
+
+class Recorder:
+    """Collects a match's frames as an observer of rollout.play_match, and writes
+    them when the match is over. Nothing is on disk until `save`."""
+
+    def __init__(self, path: Path, fps: float, scale: int | None = None):
+        self.path = path
+        self.fps = fps
+        self.gif = path.suffix.lower() == ".gif"
+        self.drawer = FrameDrawer(scale or (2 if self.gif else 3))
+        self.frames: list = []
+        self.cut = False  # the GIF reached its size limit
+        self._measured_bytes = 0
+        self._measured_frames = 0
+        self._palette = _palette_image() if self.gif else None
+
+    def __call__(self, env, indices, values, p_up: float, up: bool) -> None:
+        if self.cut:
+            return
+        frame = self.drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)
+        if not self.gif:
+            self.frames.append(frame)
+            return
+        self.frames.append(Image.fromarray(frame).quantize(palette=self._palette, dither=Image.Dither.NONE))
+        if len(self.frames) - self._measured_frames == GIF_CHUNK:  # size so far, a chunk at a time
+            self._measured_bytes += len(_gif_bytes(self.frames[self._measured_frames :], self.fps))
+            self._measured_frames = len(self.frames)
+            if self._measured_bytes > 0.95 * GIF_MAX_BYTES:
+                self.cut = True
+
+    def save(self) -> Path:
+        """Write the file atomically; return its path."""
+        if not self.frames:
+            raise RecordingError(f"{self.path}: nothing to record (no frame)")
+        tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}")
+        try:
+            if self.gif:
+                tmp.write_bytes(_gif_bytes(self.frames, self.fps))
+            else:
+                _write_mp4(tmp, self.frames, self.fps)
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return self.path
+
+
+def _write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
+    import imageio.v2 as imageio
+
+    # Frame sides are already multiples of 16, so imageio does not resize them.
+    with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264", quality=7,
+                            macro_block_size=MP4_BLOCK, ffmpeg_log_level="error") as writer:
+        for frame in frames:
+            writer.append_data(frame)
+
+
+def _gif_bytes(frames: list[Image.Image], fps: float) -> bytes:
+    out = io.BytesIO()
+    frames[0].save(out, format="GIF", save_all=True, append_images=frames[1:], duration=gif_frame_ms(fps),
+                   loop=0, optimize=False, disposal=1)
+    return out.getvalue()
+
+
+def gif_frame_ms(fps: float) -> int:
+    """A GIF frame lasts a whole number of hundredths of a second: the nearest to 1/fps
+    (15 fps -> 70 ms, about 14.3 frames per second)."""
+    return max(2, round(100 / fps)) * 10
+
+
+def _palette_image() -> Image.Image:
+    colours = [BACKGROUND, PANEL, APPEARED, VANISHED, TEXT, DIM, BAR_UP, BAR_BACK, *PONG_COLOURS]
+    flat = [c for colour in colours for c in colour]
+    palette = Image.new("P", (1, 1))
+    palette.putpalette(flat + flat[-3:] * (256 - len(colours)))
+    return palette

@@ -1,0 +1,155 @@
+"""Recordings read back: frame count, size and rate of MP4 and GIF files, frames that
+differ, numbered files, the GIF size limit, atomic writes and refused outputs."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import pgpong.record as record
+from conftest import run_pgpong
+from pgpong.envs import make_env
+from pgpong.evaluate import match_ids, record_matches
+from pgpong.policy import Params
+from pgpong.rollout import play_match
+from test_cli import assert_one_line_error
+
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory):
+    path = tmp_path_factory.mktemp("agent") / "agent.npz"
+    weights = Params.initial(16, 2)
+    np.savez(path, W1=weights.W1, W2=weights.W2)
+    return path
+
+
+def read_mp4(path):
+    import imageio.v2 as imageio
+
+    with imageio.get_reader(path, format="FFMPEG") as reader:
+        meta = reader.get_meta_data()
+        frames = [frame for frame in reader]
+    return meta, frames
+
+
+def read_gif(path):
+    with Image.open(path) as image:
+        frames, durations = [], []
+        for k in range(image.n_frames):
+            image.seek(k)
+            durations.append(image.info["duration"])
+            frames.append(np.asarray(image.convert("RGB")))
+    return frames, durations
+
+
+def assert_frames_differ(frames):
+    changed = sum(not np.array_equal(a, b) for a, b in zip(frames, frames[1:]))
+    assert changed >= len(frames) // 2  # the ball, the paddles, the panel and the bar move
+    assert frames[0].std() > 10  # not a blank picture
+
+
+def test_mp4_read_back(tmp_path, agent):
+    out = tmp_path / "match.mp4"
+    proc = run_pgpong("play", str(agent), "--episodes", "1", "--workers", "0", "--max-episode-steps", str(STEPS),
+                      "--record", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{STEPS} frames" in proc.stdout
+    meta, frames = read_mp4(out)
+    assert len(frames) == STEPS
+    assert meta["fps"] == 15  # ALE/Pong-v5: 60 frames per second, 4 per step
+    width, height = record.Layout(3).size
+    assert frames[0].shape == (height, width, 3) and width % 16 == 0 and height % 16 == 0
+    assert_frames_differ(frames)
+    assert [p.name for p in tmp_path.iterdir()] == ["match.mp4"]  # no temp file left
+
+
+def test_gif_read_back_with_chosen_fps_and_numbered_files(tmp_path, agent):
+    out = tmp_path / "match.gif"
+    proc = run_pgpong("play", str(agent), "--episodes", "2", "--workers", "0", "--max-episode-steps", str(STEPS),
+                      "--record", str(out), "--record-episodes", "2", "--fps", "25")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["match-1.gif", "match-2.gif"]
+    first, durations = read_gif(tmp_path / "match-1.gif")
+    second, _ = read_gif(tmp_path / "match-2.gif")
+    assert len(first) == len(second) == STEPS
+    assert set(durations) == {40}  # 25 fps
+    width, height = record.Layout(2).size
+    assert first[0].shape == (height, width, 3)
+    assert_frames_differ(first)
+    assert any(not np.array_equal(a, b) for a, b in zip(first, second))  # two different matches
+
+
+def test_recorded_frames_show_the_screen_and_the_difference(agent):
+    """The frame's game area is the screen scaled up; the panel lights exactly the
+    difference's pixels, in the two colours."""
+    from pgpong.checkpoint import load_weights
+
+    weights = load_weights(agent)
+    drawer = record.FrameDrawer(3)
+    shown = []
+
+    def observe(env, indices, values, p_up, up):
+        shown.append((env.unwrapped.rgb(), indices.copy(), values.copy(), drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)))
+
+    play_match(make_env("ALE/Pong-v5", 30), weights, match_ids(0, 1)[0], observer=observe)
+    lay = drawer.layout
+    for screen, indices, values, frame in shown[1:]:
+        game = frame[lay.pad : lay.pad + 630, lay.pad : lay.pad + 480]
+        np.testing.assert_array_equal(game[::3, ::3], screen)
+        top = drawer._diff_top()
+        panel = frame[top : top + 480 : lay.cell, lay.panel_x : lay.panel_x + 480 : lay.cell].reshape(-1, 3)
+        lit = np.flatnonzero((panel != record.PANEL).any(axis=1))
+        np.testing.assert_array_equal(lit, np.sort(indices))
+        order = np.argsort(indices)
+        colours = [tuple(c) for c in panel[np.sort(indices)]]
+        assert colours == [record.APPEARED if v > 0 else record.VANISHED for v in values[order]]
+
+
+def test_default_rate_is_real_speed():
+    assert record.EMULATOR_FPS / make_env("Pong-v0", 10).unwrapped.frames_per_step() == 20  # frameskip 2..4
+    assert record.EMULATOR_FPS / make_env("PongNoFrameskip-v4", 10).unwrapped.frames_per_step() == 60
+    assert record.gif_frame_ms(15) == 70
+
+
+def test_gif_is_cut_at_its_size_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(record, "GIF_MAX_BYTES", 50_000)
+    monkeypatch.setattr(record, "GIF_CHUNK", 20)
+    lines = list(record_matches(tmp_path / "long.gif", 1, Params.initial(16, 2), "ALE/Pong-v5", 200, 0, False, None))
+    frames, _ = read_gif(tmp_path / "long.gif")
+    assert "cut after" in lines[0] and len(frames) < 200
+    assert len(frames) % 20 == 0
+
+
+def test_interrupted_recording_leaves_no_file(tmp_path, monkeypatch):
+    def broken(path, frames, fps):
+        path.write_bytes(b"half a video")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(record, "_write_mp4", broken)
+    with pytest.raises(KeyboardInterrupt):
+        list(record_matches(tmp_path / "x.mp4", 1, Params.initial(16, 2), "ALE/Pong-v5", 10, 0, False, None))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, words", [
+    ("match.avi", ["match.avi", "unknown extension", ".mp4"]),
+    ("missing/match.mp4", ["does not exist"]),
+])
+def test_bad_outputs_exit_2_and_write_nothing(tmp_path, agent, name, words):
+    proc = run_pgpong("play", str(agent), "--workers", "0", "--max-episode-steps", "20", "--record", str(tmp_path / name))
+    assert_one_line_error(proc, *words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_output_directory_exits_2(agent):
+    proc = run_pgpong("play", str(agent), "--workers", "0", "--max-episode-steps", "20", "--record", "/proc/match.mp4")
+    assert_one_line_error(proc, "/proc/match.mp4", "cannot write")
+
+
+def test_damaged_checkpoint_records_nothing(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04 broken")
+    proc = run_pgpong("play", str(bad), "--workers", "0", "--record", str(tmp_path / "m.mp4"))
+    assert_one_line_error(proc, "bad.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz"]
