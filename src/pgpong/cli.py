@@ -1,4 +1,4 @@
-"""`pgpong train | play | bench`: the command line."""
+"""`pgpong train | play | plot | weights | bench`: the command line."""
 
 from __future__ import annotations
 
@@ -66,6 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluation repeats exactly, whatever the number of workers.",
     )
     _add_play_arguments(play)
+    plot = sub.add_parser(
+        "plot",
+        help="draw learning curves of one or more runs (PNG)",
+        description="Draw the running reward and each batch's mean score (with its min-max band) "
+        "of one or more runs, and their env steps per second, from their progress.csv.",
+    )
+    plot.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (several are overlaid)")
+    plot.add_argument("--output", type=Path, default=None, metavar="FILE",
+                      help="the PNG to write (default: RUN_DIR/learning.png for one run; required for several)")
+    plot.add_argument("--x", choices=("episodes", "steps", "hours"), default="episodes",
+                      help="horizontal axis: episodes, env steps or training hours (default: episodes)")
+    weights = sub.add_parser(
+        "weights",
+        help="draw what each hidden unit of W1 looks at (PNG)",
+        description="Draw every hidden unit's row of W1 as an 80x80 image, in a grid, with one "
+        "diverging colour map centred on 0 (the picture from 'Pong from Pixels').",
+    )
+    weights.add_argument("checkpoint", nargs="?", type=Path, default=None, metavar="CHECKPOINT",
+                         help="a checkpoint file, a run directory or a .npz with W1 and W2 (default: the shipped agent)")
+    weights.add_argument("--output", type=Path, default=None, metavar="FILE",
+                         help="the PNG to write (default: RUN_DIR/weights.png for a run directory, else weights.png)")
+    weights.add_argument("--units", type=int, default=None, metavar="N", help="draw only the first N hidden units (default: all)")
     bench = sub.add_parser(
         "bench",
         help="measure training speed against the environment's own ceiling",
@@ -170,6 +192,10 @@ def _run(argv: Sequence[str] | None) -> int:
             return train(args)
         if args.command == "play":
             return play(args)
+        if args.command == "plot":
+            return plot(args)
+        if args.command == "weights":
+            return weights(args)
         if args.command == "bench":
             return bench(args)
         raise AssertionError(args.command)
@@ -181,9 +207,10 @@ def bad_input() -> tuple[type[Exception], ...]:
     """The exceptions that mean the user's input cannot be used (exit status 2)."""
     from pgpong.checkpoint import CheckpointError
     from pgpong.envs import UnknownEnvironment
+    from pgpong.plot import PlotError
     from pgpong.record import RecordingError
 
-    return ConfigError, CheckpointError, UnknownEnvironment, RecordingError
+    return ConfigError, CheckpointError, UnknownEnvironment, RecordingError, PlotError
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -318,6 +345,37 @@ def play(args: argparse.Namespace) -> int:
                           **summary.as_dict()}))
     else:
         print(summary.line(), flush=True)
+    return 0
+
+
+def plot(args: argparse.Namespace) -> int:
+    from pgpong.plot import plot_runs
+    from pgpong.record import check_output
+
+    if args.output is None and len(args.run_dirs) > 1:
+        raise ConfigError("--output FILE is needed to plot several runs")
+    output = args.output or args.run_dirs[0] / "learning.png"
+    check_output(output, (".png",))
+    print(f"pgpong: wrote {plot_runs(args.run_dirs, output, args.x)}")
+    return 0
+
+
+def weights(args: argparse.Namespace) -> int:
+    from pgpong.evaluate import load_policy
+    from pgpong.plot import plot_weights
+    from pgpong.record import check_output
+
+    if args.output is not None:
+        output = args.output
+    elif args.checkpoint is not None and args.checkpoint.is_dir():
+        output = args.checkpoint / "weights.png"
+    else:
+        output = Path("weights.png")
+    _check(args.units is None or args.units >= 1, f"--units must be at least 1, got {args.units}")
+    check_output(output, (".png",))
+    policy = load_policy(args.checkpoint)
+    title = Path(policy.source).name if args.checkpoint else "the shipped agent"
+    print(f"pgpong: wrote {plot_weights(policy.weights, output, title, args.units)}")
     return 0
 
 

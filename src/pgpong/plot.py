@@ -1,0 +1,151 @@
+"""Pictures of a run: learning curves from progress.csv, and what the hidden units of
+W1 look at. matplotlib with the Agg backend (no display); PNGs written atomically."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pgpong.frames import SIDE
+from pgpong.policy import Params
+
+X_AXES = {
+    "episodes": ("episodes", "episodes played", 1.0),
+    "steps": ("env_steps", "env steps (millions)", 1e-6),
+    "hours": ("wall_s", "training wall time (hours)", 1 / 3600),
+}
+NEEDED = ("batch", "episodes", "env_steps", "wall_s", "running_reward", "score_mean", "score_min", "score_max", "steps_per_s")
+MAX_PROGRESS_BYTES = 512 * 2**20
+
+
+class PlotError(ValueError):
+    """A run cannot be drawn (no progress.csv, unreadable rows) or the picture not written."""
+
+
+def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
+    """The columns of RUN_DIR/progress.csv that the plot draws, as float arrays."""
+    path = run_dir / "progress.csv" if run_dir.is_dir() else run_dir
+    if not path.is_file():
+        raise PlotError(f"{run_dir}: no progress.csv (is it a pgpong run directory?)")
+    if path.stat().st_size > MAX_PROGRESS_BYTES:
+        raise PlotError(f"{path}: {path.stat().st_size / 2**20:.0f} MB is too large for a progress.csv")
+    columns: dict[str, list[float]] = {name: [] for name in NEEDED}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [n for n in NEEDED if n not in (reader.fieldnames or [])]
+            if missing:
+                raise PlotError(f"{path}: not a pgpong progress.csv (no column {', '.join(missing)})")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    values = [float(row[name]) for name in NEEDED]
+                except (TypeError, ValueError):
+                    if line > 2 and f.read(1) == "":  # a last line cut short: drop it
+                        break
+                    raise PlotError(f"{path}: line {line} is not a row of numbers") from None
+                for name, value in zip(NEEDED, values):
+                    columns[name].append(value)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise PlotError(f"{path}: cannot read ({exc})") from None
+    if not columns["batch"]:
+        raise PlotError(f"{path}: no batch finished yet, nothing to draw")
+    return {name: np.array(values) for name, values in columns.items()}
+
+
+def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
+    """Running reward and each batch's mean score (min-max band) per run, and env
+    steps per second below; the 0 line is the built-in player's level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [(run_dir, read_curve(run_dir)) for run_dir in run_dirs]
+    column, label, factor = X_AXES[x]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True, height_ratios=[3, 1], layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (run_dir, c) in enumerate(curves):
+        colour = colours[k % len(colours)]
+        xs = c[column] * factor
+        name = run_dir.name or str(run_dir)
+        band = "batch score min-max" if len(curves) == 1 else None
+        top.fill_between(xs, c["score_min"], c["score_max"], color=colour, alpha=0.12, linewidth=0, label=band)
+        top.plot(xs, c["score_mean"], color=colour, alpha=0.35, linewidth=0.8,
+                 label="batch mean score" if len(curves) == 1 else None)
+        top.plot(xs, c["running_reward"], color=colour, linewidth=2.2,
+                 label=f"{name}: running reward" if len(curves) > 1 else "running reward")
+        bottom.plot(xs, c["steps_per_s"], color=colour, linewidth=1, label=name)
+    top.axhline(0, color="black", linestyle="--", linewidth=1)
+    top.text(0.005, 0.5, " as good as the built-in player (0)", transform=top.get_yaxis_transform(),
+             va="bottom", ha="left", fontsize=9)
+    top.set_ylim(-21.5, 21.5)
+    top.set_yticks(range(-20, 21, 5))
+    top.set_ylabel("score per match (points for - against)")
+    top.grid(alpha=0.3)
+    top.legend(loc="upper left", fontsize=9)
+    title = curves[0][0].name if len(curves) == 1 else f"{len(curves)} runs"
+    top.set_title(f"pgpong learning curve: {title}")
+    bottom.set_ylabel("env steps / s")
+    bottom.set_xlabel(label)
+    bottom.set_ylim(bottom=0)
+    bottom.grid(alpha=0.3)
+    return _save(fig, output)
+
+
+def plot_weights(weights: Params, output: Path, title: str, units: int | None = None, zoom: int = 2) -> Path:
+    """Every hidden unit's row of W1 as an 80x80 image, in a grid, one diverging colour
+    map centred on 0. Each unit is scaled by the 99th percentile of its |weights| (a
+    few large weights would otherwise wash out the rest), drawn `zoom` pixels a weight."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    W1 = np.asarray(weights.W1, dtype=np.float32)[:units]
+    hidden = W1.shape[0]
+    columns = min(20 if hidden > 60 else 10, hidden)
+    rows = math.ceil(hidden / columns)
+    gap = 3
+    cell = SIDE + gap
+    mosaic = np.full((rows * cell - gap, columns * cell - gap), np.nan, dtype=np.float32)
+    scale = np.percentile(np.abs(W1), 99, axis=1)
+    scale[scale == 0] = 1
+    for unit in range(hidden):
+        r, c = divmod(unit, columns)
+        mosaic[r * cell : r * cell + SIDE, c * cell : c * cell + SIDE] = (W1[unit] / scale[unit]).reshape(SIDE, SIDE)
+    dpi = 100
+    width_in = mosaic.shape[1] * zoom / dpi  # the mosaic is drawn at exactly `zoom` pixels a weight
+    height_in = mosaic.shape[0] * zoom / dpi
+    fig = plt.figure(figsize=(width_in + 1.6, height_in + 1.0), dpi=dpi)
+    ax = fig.add_axes((0.2 / (width_in + 1.6), 0.2 / (height_in + 1.0), width_in / (width_in + 1.6), height_in / (height_in + 1.0)))
+    cmap = matplotlib.colormaps["RdBu_r"].copy()
+    cmap.set_bad("#808080")
+    image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest", aspect="equal")
+    ax.set_axis_off()
+    shown = f"each of the {hidden} hidden units" if units is None else f"the first {hidden} hidden units"
+    fig.suptitle(f"{title}: the W1 weights of {shown} over the 80x80 input\n"
+                 "red: a paddle or ball pixel there raises the unit, blue: lowers it",
+                 x=0.2 / (width_in + 1.6), ha="left", y=1 - 0.1 / (height_in + 1.0), fontsize=14 if hidden > 60 else 11)
+    bar_ax = fig.add_axes(((width_in + 0.35) / (width_in + 1.6), 0.25, 0.25 / (width_in + 1.6), 0.5))
+    bar = fig.colorbar(image, cax=bar_ax)
+    bar.set_label("weight / the unit's 99th percentile |weight|", fontsize=11)
+    return _save(fig, output, dpi=dpi)
+
+
+def _save(fig, output: Path, dpi: int = 100) -> Path:
+    import matplotlib.pyplot as plt
+
+    tmp = output.with_name(f".{output.stem}.{os.getpid()}.tmp.png")
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi)
+        os.replace(tmp, output)
+    except OSError as exc:
+        raise PlotError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return output

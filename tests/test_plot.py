@@ -1,0 +1,119 @@
+"""`pgpong plot` and `pgpong weights`: PNGs of the expected size that are not blank;
+bad input exits 2 and writes nothing."""
+
+import csv
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import run_pgpong
+from pgpong.plot import NEEDED, PlotError, read_curve
+from pgpong.policy import Params
+from test_cli import assert_one_line_error
+
+
+def fake_run(folder, batches=30, seed=0):
+    """A run directory with a progress.csv that climbs from -20 towards 0."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    with open(folder / "progress.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["batch", "episodes", "env_steps", "wall_s", "running_reward", "score_mean",
+                                    "score_min", "score_max", "steps_per_s"])
+        writer.writeheader()
+        for b in range(1, batches + 1):
+            mean = -20 + 15 * b / batches + rng.normal()
+            writer.writerow({"batch": b, "episodes": 10 * b, "env_steps": 11_000 * b, "wall_s": 1.3 * b,
+                             "running_reward": -20 + 14 * b / batches, "score_mean": mean, "score_min": mean - 3,
+                             "score_max": mean + 3, "steps_per_s": 8000 + 300 * rng.normal()})
+    return folder
+
+
+def picture(path):
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return np.asarray(image.convert("RGB"))
+
+
+def assert_not_blank(pixels):
+    colours = np.unique(pixels.reshape(-1, 3), axis=0)
+    assert len(colours) > 20  # lines, bands, text: not one flat colour
+    assert pixels.std() > 10
+
+
+def test_plot_one_run_default_output(tmp_path):
+    run = fake_run(tmp_path / "run-a")
+    proc = run_pgpong("plot", str(run), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pixels = picture(run / "learning.png")
+    assert pixels.shape == (750, 1000, 3)
+    assert_not_blank(pixels)
+
+
+@pytest.mark.parametrize("x", ["episodes", "steps", "hours"])
+def test_plot_several_runs_need_output(tmp_path, x):
+    runs = [str(fake_run(tmp_path / f"run-{k}", seed=k)) for k in range(2)]
+    proc = run_pgpong("plot", *runs, timeout=120)
+    assert_one_line_error(proc, "--output")
+    out = tmp_path / "both.png"
+    proc = run_pgpong("plot", *runs, "--output", str(out), "--x", x, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert_not_blank(picture(out))
+
+
+def test_a_cut_last_line_is_dropped_and_garbage_refused(tmp_path):
+    run = fake_run(tmp_path / "run", batches=5)
+    text = (run / "progress.csv").read_text()
+    (run / "progress.csv").write_text(text + "6,60,66000,7.")  # power loss in the middle of a row
+    assert list(read_curve(run)["batch"]) == [1, 2, 3, 4, 5]
+    lines = text.splitlines()
+    (run / "progress.csv").write_text("\n".join([lines[0], "garbage," * 8, *lines[1:]]) + "\n")
+    with pytest.raises(PlotError, match="line 2"):
+        read_curve(run)
+    assert set(NEEDED) <= set(lines[0].split(","))
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no-progress", ["no progress.csv"]),
+    ("missing-dir", ["does not exist"]),
+    ("bad-extension", ["unknown extension"]),
+])
+def test_plot_bad_input_exits_2_and_writes_nothing(tmp_path, case, words):
+    run = fake_run(tmp_path / "run")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = {
+        "no-progress": [str(empty)],
+        "missing-dir": [str(run), "--output", str(tmp_path / "nope" / "x.png")],
+        "bad-extension": [str(run), "--output", str(tmp_path / "x.jpg")],
+    }[case]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = run_pgpong("plot", *args, timeout=120)
+    assert_one_line_error(proc, *words)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_weights_picture_of_a_weights_file(tmp_path):
+    weights = Params.initial(12, 3)
+    weights.W1[:, :] = 0
+    weights.W1[0, 100:140] = 1.0  # one unit with a bright stripe on an otherwise zero grid
+    weights.W1[1, 100:140] = -1.0
+    path = tmp_path / "w.npz"
+    np.savez(path, W1=weights.W1, W2=weights.W2)
+    out = tmp_path / "w.png"
+    proc = run_pgpong("weights", str(path), "--output", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pixels = picture(out)
+    # 10 columns x 2 rows of 80x80 cells with 3-pixel gaps, 2 pixels a weight, plus margins
+    assert pixels.shape[1] == 2 * (10 * 83 - 3) + 160 and pixels.shape[0] == 2 * (2 * 83 - 3) + 100
+    reds = ((pixels[..., 0] > 150) & (pixels[..., 2] < 100)).sum()
+    blues = ((pixels[..., 2] > 100) & (pixels[..., 0] < 50)).sum()
+    assert reds >= 2 * 2 * 40 and blues >= 2 * 2 * 40  # the two stripes (and the colour bar)
+
+
+def test_weights_of_a_damaged_checkpoint_exits_2(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"\x93NUMPY garbage")
+    proc = run_pgpong("weights", str(bad), "--output", str(tmp_path / "w.png"), timeout=120)
+    assert_one_line_error(proc, "bad.npz")
+    assert not (tmp_path / "w.png").exists()
