@@ -235,8 +235,8 @@ def train(args: argparse.Namespace) -> int:
         default_run_dir,
         open_run,
     )
-    from pgpong.workers import ClusterError, LocalPool, PoolError, RayPool, start_ray, stop_ray
-    from pgpong.runlog import RunLog
+    from pgpong.runlog import LiveProgress, RunLog, TensorBoard
+    from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
 
     given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
@@ -252,15 +252,12 @@ def train(args: argparse.Namespace) -> int:
     check_run_dir_writable(run)
 
     pool = None
-    log = RunLog(run.progress_path)
+    log = RunLog(run.progress_path, outputs=[LiveProgress(sys.stdout)])
     try:
-        if config.workers == 0:
-            pool = LocalPool(config.env_id, config.max_episode_steps, config.gamma)
-        else:
-            start_ray(address)
-            signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
-            pool = RayPool(config.env_id, config.max_episode_steps, config.gamma, config.workers)
+        pool = open_pool(config.env_id, config.max_episode_steps, config.gamma, config.workers, address)
+        signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
         create_run_files(run, _run_info(address))
+        log.outputs.append(TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict()))
         for message in run.skipped:
             log.say(f"pgpong: skipped a bad checkpoint: {message}")
         where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
@@ -286,6 +283,7 @@ def train(args: argparse.Namespace) -> int:
         print(f"\npgpong: {message}", file=sys.stderr, flush=True)
         return status
     finally:
+        log.close()
         if pool is not None:
             pool.close()
         stop_ray()
@@ -418,7 +416,24 @@ def _saved(run) -> str:
 
 
 def _resume_command(run_dir: Path) -> str:
-    return f"pgpong train --run-dir {shlex.quote(str(run_dir))}"
+    return f"{_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))}"
+
+
+def _pgpong_command() -> str:
+    """How to run this pgpong again from here: plain `pgpong` when that is the one on
+    PATH, else its path (after `make train` it lives in .venv/bin only)."""
+    import shutil
+
+    exe = Path(sys.argv[0])
+    if exe.name != "pgpong":
+        return f"{shlex.quote(sys.executable)} -m pgpong"
+    found = shutil.which("pgpong")
+    if found and Path(found).resolve() == exe.resolve():
+        return "pgpong"
+    try:
+        return shlex.quote(str(exe.absolute().relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(exe.absolute()))
 
 
 def _run_info(address: str | None) -> dict:

@@ -1,13 +1,17 @@
-"""What a run reports: one console line and one progress.csv row per batch."""
+"""What a run reports. The trainer hands every batch's start, each finished episode and
+the batch's row to a list of outputs (sinks): progress.csv and the console line always,
+TensorBoard events and a live progress line where asked. Adding an output touches no
+training code."""
 
 from __future__ import annotations
 
 import csv
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Callable, Protocol, TextIO
 
 
 @dataclass
@@ -42,16 +46,44 @@ class BatchRow:
 COLUMNS = [f.name for f in fields(BatchRow)]
 
 
-class RunLog:
-    """Appends rows to progress.csv (flushed and fsynced per row) and prints a line."""
+class Output(Protocol):
+    """A sink for what a run reports."""
 
-    def __init__(self, path: Path, out: TextIO = sys.stdout):
+    def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None: ...
+
+    def episode(self, finished: int, steps: int, running_reward: float | None) -> None: ...
+
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Quiet:
+    """An output that ignores every event; outputs override the ones they use."""
+
+    def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None:
+        pass
+
+    def episode(self, finished: int, steps: int, running_reward: float | None) -> None:
+        pass
+
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ProgressCsv(_Quiet):
+    """progress.csv: one row per batch, flushed and fsynced (it goes with the checkpoint)."""
+
+    def __init__(self, path: Path):
         self.path = path
-        self.out = out
 
     def trim(self, last_batch: int) -> None:
-        """Keep only rows up to `last_batch`: a run resumed from a checkpoint replays the rest."""
-        rows = [r for r in read_progress(self.path) if int(r["batch"]) <= last_batch]
+        """Keep only rows up to `last_batch`: a run resumed from a checkpoint replays the
+        rest. A last row cut short by a crash goes too."""
+        rows = [r for r in read_progress(self.path) if (b := _batch_of(r)) is not None and b <= last_batch]
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
@@ -59,7 +91,7 @@ class RunLog:
             writer.writerows(rows)
         os.replace(tmp, self.path)
 
-    def write(self, row: BatchRow) -> None:
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
         new = not self.path.exists()
         with open(self.path, "a", newline="") as f:
             writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
@@ -68,10 +100,158 @@ class RunLog:
             writer.writerow({k: _fmt(v) for k, v in asdict(row).items()})
             f.flush()
             os.fsync(f.fileno())
+
+
+class ConsoleLines(_Quiet):
+    """The plain line per batch, always (a terminal, a pipe or a log file alike)."""
+
+    def __init__(self, out: TextIO):
+        self.out = out
+
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
         print(row.console_line(), file=self.out, flush=True)
+
+
+class TensorBoard(_Quiet):
+    """TensorBoard event files in the run directory (tensorboardX), env steps as the
+    step. A resumed run purges what a killed driver wrote past its checkpoint."""
+
+    def __init__(self, directory: Path, resumed_at_step: int | None, settings: dict[str, Any]):
+        from tensorboardX import SummaryWriter
+
+        purge = None if resumed_at_step is None else resumed_at_step + 1
+        self.writer = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30)
+        if resumed_at_step is None:
+            table = "\n".join(f"| {k} | {v} |" for k, v in sorted(settings.items()))
+            self.writer.add_text("settings", f"| setting | value |\n| --- | --- |\n{table}", 0)
+
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
+        step, add = row.env_steps, self.writer.add_scalar
+        add("charts/running_reward", row.running_reward, step)
+        add("charts/episodic_return", row.score_mean, step)
+        add("charts/episodic_return_min", row.score_min, step)
+        add("charts/episodic_return_max", row.score_max, step)
+        add("charts/episodic_length", row.episode_len_mean, step)
+        add("charts/SPS", row.steps_per_s, step)
+        add("charts/episodes", row.episodes, step)
+        add("time/batch_s", row.batch_s, step)
+        for name, seconds in sorted(phases.items()):
+            add(f"time/{name.replace(' ', '_')}_s", seconds, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class LiveLine:
+    """One line that redraws itself in place on a terminal (rich), showing `text()`;
+    off a terminal it shows nothing. Lines printed through it go above it."""
+
+    def __init__(self, text: Callable[[], str], out: TextIO | None = None):
+        self.text = text
+        self.out = out or sys.stdout
+        self._live: Any = None
+
+    @staticmethod
+    def wanted(out: TextIO) -> bool:
+        return out.isatty() and os.environ.get("TERM") != "dumb"
+
+    def start(self) -> None:
+        if self._live is not None or not self.wanted(self.out):
+            return
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        console = Console(file=self.out, highlight=False)
+        self._live = Live(get_renderable=lambda: Text(self.text(), no_wrap=True, overflow="ellipsis"),
+                          console=console, transient=True, refresh_per_second=4,
+                          redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+
+    def print(self, line: str) -> None:
+        if self._live is not None:
+            self._live.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def __enter__(self) -> "LiveLine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LiveProgress(_Quiet):
+    """While a batch runs: episodes finished, env steps per second so far, elapsed time
+    and the running reward, on one line that updates in place (terminals only)."""
+
+    def __init__(self, out: TextIO):
+        self.line = LiveLine(self._text, out)
+        self.batch = self.size = self.finished = self.steps = 0
+        self.running: float | None = None
+        self.began = time.monotonic()
+
+    def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None:
+        self.batch, self.size, self.finished, self.steps = batch, episodes, 0, 0
+        self.running, self.began = running_reward, time.monotonic()
+        self.line.start()
+
+    def episode(self, finished: int, steps: int, running_reward: float | None) -> None:
+        self.finished, self.steps, self.running = finished, steps, running_reward
+
+    def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
+        self.line.stop()  # before the batch's permanent line is printed
+
+    def close(self) -> None:
+        self.line.stop()
+
+    def _text(self) -> str:
+        elapsed = time.monotonic() - self.began
+        running = "-" if self.running is None else f"{self.running:.2f}"
+        return (f"batch {self.batch:5d} | {self.finished}/{self.size} episodes | "
+                f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}")
+
+
+class RunLog:
+    """The outputs of a run, in order: the live line (stopped first), progress.csv, the
+    console line, then any others."""
+
+    def __init__(self, path: Path, out: TextIO = sys.stdout, outputs: list[Output] | None = None):
+        self.path = path
+        self.out = out
+        self.csv = ProgressCsv(path)
+        extra = list(outputs or [])
+        live = [o for o in extra if isinstance(o, LiveProgress)]
+        self.outputs: list[Output] = [*live, self.csv, ConsoleLines(out), *(o for o in extra if o not in live)]
+
+    def trim(self, last_batch: int) -> None:
+        self.csv.trim(last_batch)
+
+    def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None:
+        for output in self.outputs:
+            output.begin_batch(batch, episodes, running_reward)
+
+    def episode(self, finished: int, steps: int, running_reward: float | None) -> None:
+        for output in self.outputs:
+            output.episode(finished, steps, running_reward)
+
+    def write(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
+        for output in self.outputs:
+            output.end_batch(row, phases or {})
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
+
+    def close(self) -> None:
+        for output in self.outputs:
+            output.close()
 
 
 def read_progress(path: Path) -> list[dict[str, str]]:
@@ -79,6 +259,16 @@ def read_progress(path: Path) -> list[dict[str, str]]:
         return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _batch_of(row: dict[str, str]) -> int | None:
+    """The batch number of a complete row; None for a row cut short or unreadable."""
+    if any(value is None or value == "" for value in row.values()):
+        return None
+    try:
+        return int(row["batch"])
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def _fmt(value: object) -> object:

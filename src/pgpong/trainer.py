@@ -63,6 +63,7 @@ class Trainer:
         episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
         grad = state.weights.zeros_like()
         scores, lengths, worker_time = [], [], Counter()
+        self.log.begin_batch(state.batch + 1, len(episodes), state.running_reward)
         for result in pool.play_batch(state.weights, episodes):  # in episode order
             with clock("sum gradients"):
                 result.grad.add_to(grad)
@@ -70,6 +71,7 @@ class Trainer:
             lengths.append(result.steps)
             worker_time.update(result.timings, record_bytes=result.record_bytes)
             state.running_reward = _running(state.running_reward, result.score)
+            self.log.episode(len(scores), sum(lengths), state.running_reward)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
 
@@ -95,15 +97,15 @@ class Trainer:
             workers_replaced=pool.replaced - replaced_before,
             barrier_s=pool.last_batch.get("barrier", 0.0),
         )
+        phases = {**pool.last_batch, **clock.seconds}
         with signals_deferred(), clock("checkpoint write"):  # a row and its checkpoint go together
             try:
-                self.log.write(row)
+                self.log.write(row, phases)
                 save_checkpoint(state, self.run.checkpoints, keep=cfg.keep_checkpoints)
             except OSError as exc:
                 raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
         self._last_end = time.monotonic()
-        phases = {**pool.last_batch, **clock.seconds}
-        return BatchReport(row, phases, dict(worker_time))
+        return BatchReport(row, {**pool.last_batch, **clock.seconds}, dict(worker_time))
 
 
 @dataclasses.dataclass

@@ -1,0 +1,87 @@
+"""The run's outputs: TensorBoard events read back as TensorBoard reads them (one value
+per batch per tag, also after a resume that replays batches), plain lines only when
+output is not a terminal, a live line that redraws on a terminal."""
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import run_pgpong
+from pgpong.runlog import BatchRow, LiveProgress, RunLog, read_progress
+
+TAGS = ["charts/running_reward", "charts/episodic_return", "charts/episodic_return_min", "charts/episodic_return_max",
+        "charts/episodic_length", "charts/SPS", "time/batch_s", "time/rmsprop_step_s", "time/sum_gradients_s"]
+COMMON = ["--workers", "0", "--batch-size", "2", "--max-episode-steps", "120", "--hidden", "8"]
+
+
+def scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    return acc, {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_one_value_per_batch_and_tag_across_a_replaying_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_pgpong("train", *COMMON, "--iterations", "3", "--run-dir", str(run_dir)).returncode == 0
+    # A driver killed after writing batch 3's events but before its checkpoint:
+    (run_dir / "checkpoints" / "ckpt-000003.npz").unlink()
+    proc = run_pgpong("train", *COMMON, "--iterations", "4", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming from batch 2" in proc.stdout
+    rows = read_progress(run_dir / "progress.csv")
+    assert [r["batch"] for r in rows] == ["1", "2", "3", "4"]
+    acc, found = scalars(run_dir)
+    assert set(TAGS) <= set(found)
+    steps = [int(r["env_steps"]) for r in rows]
+    for tag in TAGS:
+        assert [e.step for e in found[tag]] == steps, tag
+    assert [e.value for e in found["charts/running_reward"]] == pytest.approx([float(r["running_reward"]) for r in rows], abs=1e-4)
+    assert [e.value for e in found["charts/episodic_length"]] == pytest.approx([float(r["episode_len_mean"]) for r in rows], abs=1e-3)
+    assert len(acc.Tensors("settings/text_summary")) == 1  # the settings, once
+
+
+def test_off_a_terminal_train_prints_exactly_the_plain_lines(tmp_path):
+    proc = run_pgpong("train", *COMMON, "--iterations", "3", "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert re.fullmatch(r"pgpong: new run in .*: ALE/Pong-v5, batch 2, on this process \(no Ray\)", lines[0])
+    batch_line = r"batch +\d+ \| 2 episodes in +[\d.]+ s \| running reward +-?[\d.]+ \| score +-?[\d.]+ \| +[\d,]+ steps/s"
+    assert [bool(re.fullmatch(batch_line, line)) for line in lines[1:4]] == [True] * 3, lines
+    assert lines[4].startswith("pgpong: done after 3 batches") and len(lines) == 5
+    assert "\r" not in proc.stdout and "\x1b" not in proc.stdout and proc.stderr == ""
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_live_line_on_a_terminal_then_the_permanent_line(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    out = FakeTerminal()
+    log = RunLog(Path("/nonexistent/progress.csv"), out=out, outputs=[LiveProgress(out)])
+    log.outputs = [o for o in log.outputs if type(o).__name__ != "ProgressCsv"]  # no file here
+    log.begin_batch(7, 4, -20.5)
+    log.episode(3, 3000, -20.25)
+    live = log.outputs[0]
+    assert live.line._live is not None
+    live.line._live.refresh()
+    row = BatchRow(7, 28, 9000, 10.0, 1.5, -20.1, -20.0, -21, -19, 1000.0, 6000.0, 4, 2, 0)
+    log.write(row)
+    assert live.line._live is None  # stopped before the permanent line
+    text = out.getvalue()
+    assert "3/4 episodes" in text and "running reward -20.25" in text
+    assert text.rstrip().endswith(row.console_line())
+
+
+def test_live_line_stays_off_without_a_terminal():
+    out = io.StringIO()
+    live = LiveProgress(out)
+    live.begin_batch(1, 2, None)
+    assert live.line._live is None
+    live.close()
+    assert out.getvalue() == ""
