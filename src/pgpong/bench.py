@@ -10,14 +10,15 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from pgpong.config import ConfigError, TrainConfig
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.runlog import RunLog
+from pgpong.runlog import LiveLine, RunLog
 from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
 from pgpong.workers import START_SECONDS, STALL_SECONDS, RayPool, RolloutWorker, cluster_cpus, start_ray, stop_ray
 
@@ -42,7 +43,18 @@ class BenchOptions:
 
 
 def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, Any]:
-    say = lambda text: print(f"bench: {text}", file=progress, flush=True)  # noqa: E731
+    stage = {"text": "starting Ray", "began": time.monotonic()}
+    live = LiveLine(lambda: f"bench: {stage['text']} | {time.monotonic() - stage['began']:5.1f} s", progress)
+
+    def say(text: str) -> None:  # a plain line per stage, and on a terminal the stage's elapsed time
+        stage.update(text=text, began=time.monotonic())
+        live.print(f"bench: {text}")
+
+    with live:
+        return _run_bench(opts, say)
+
+
+def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]:
     start_ray(opts.address)
     try:
         workers = opts.workers or cluster_cpus()

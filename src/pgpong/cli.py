@@ -295,6 +295,7 @@ def play(args: argparse.Namespace) -> int:
     from pgpong.envs import check_env_id
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
     from pgpong.record import check_output
+    from pgpong.runlog import LiveLine
     from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
 
     _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
@@ -320,8 +321,20 @@ def play(args: argparse.Namespace) -> int:
         how = "greedy actions" if args.greedy else "sampled actions"
         print(f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
               f"{how}, seed {args.seed}, on {where}", file=lines, flush=True)
-        summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy,
-                           on_match=lambda r: print(match_line(r, args.episodes), file=lines, flush=True))
+        done = {"matches": 0, "steps": 0, "began": time.monotonic()}
+
+        def status() -> str:
+            elapsed = time.monotonic() - done["began"]
+            return (f"playing: {done['matches']}/{args.episodes} matches done | "
+                    f"{done['steps'] / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s")
+
+        def on_match(result) -> None:
+            done["matches"] += 1
+            done["steps"] += result.steps
+            live.print(match_line(result, args.episodes))
+
+        with LiveLine(status, lines) as live:
+            summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy, on_match=on_match)
         if args.record is not None:
             for message in record_matches(args.record, args.record_episodes, policy.weights, env_id,
                                           args.max_episode_steps, args.seed, args.greedy, args.fps):
