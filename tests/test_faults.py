@@ -245,7 +245,7 @@ def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(sma
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert "No space left on device" in err and "Traceback" not in err
-    assert "resume with: pgpong train --run-dir" in err
+    assert "resume with: " in err and f"-m pgpong train --run-dir {run_dir}" in err
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     assert checkpoints and load_checkpoint(checkpoints[-1]).batch >= 2  # the newest is whole
     assert not list((run_dir / "checkpoints").glob(".*tmp"))  # no half-written file left
