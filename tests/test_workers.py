@@ -8,7 +8,8 @@ import numpy as np
 
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.workers import LocalPool, RayPool, check_address, ClusterError
+from pgpong.cluster import ClusterError, check_address
+from pgpong.workers import LocalPool, RayPool
 
 import pytest
 
@@ -16,7 +17,8 @@ BLAS_PROBE = textwrap.dedent(
     """
     import json
     from threadpoolctl import threadpool_info
-    from pgpong.workers import RayPool, start_ray
+    from pgpong.cluster import start_ray
+    from pgpong.workers import RayPool
     driver = [i["num_threads"] for i in threadpool_info()]
     start_ray(None, num_cpus=2)
     pool = RayPool("ALE/Pong-v5", 10, 0.99, 2)

@@ -20,7 +20,8 @@ from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import LiveLine, RunLog
 from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
-from pgpong.workers import START_SECONDS, STALL_SECONDS, RayPool, RolloutWorker, cluster_cpus, start_ray, stop_ray
+from pgpong.cluster import cluster_cpus, start_ray, stop_ray
+from pgpong.workers import START_SECONDS, STALL_SECONDS, RayPool, RolloutWorker
 
 PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")

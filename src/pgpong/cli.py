@@ -236,7 +236,8 @@ def train(args: argparse.Namespace) -> int:
         open_run,
     )
     from pgpong.runlog import LiveProgress, RunLog, TensorBoard
-    from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
+    from pgpong.cluster import ClusterError, stop_ray
+    from pgpong.workers import PoolError, open_pool
 
     given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
@@ -260,7 +261,7 @@ def train(args: argparse.Namespace) -> int:
         log.outputs.append(TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict()))
         for message in run.skipped:
             log.say(f"pgpong: skipped a bad checkpoint: {message}")
-        where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
+        where = _where(pool)
         if run.resumed_from:
             start = f"resuming from batch {run.state.batch} ({run.resumed_from})"
         else:
@@ -296,7 +297,8 @@ def play(args: argparse.Namespace) -> int:
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
-    from pgpong.workers import ClusterError, PoolError, open_pool, stop_ray
+    from pgpong.cluster import ClusterError, stop_ray
+    from pgpong.workers import PoolError, open_pool
 
     _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
     _check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
@@ -317,7 +319,7 @@ def play(args: argparse.Namespace) -> int:
     try:
         pool = open_pool(env_id, args.max_episode_steps, 0.99, args.workers, address, at_most=args.episodes)
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
-        where = f"{pool.num_workers} Ray worker(s)" if pool.num_workers else "this process (no Ray)"
+        where = _where(pool)
         how = "greedy actions" if args.greedy else "sampled actions"
         print(f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
               f"{how}, seed {args.seed}, on {where}", file=lines, flush=True)
@@ -398,7 +400,8 @@ def _check(ok: bool, message: str) -> None:
 def bench(args: argparse.Namespace) -> int:
     from pgpong.bench import BenchOptions, print_report, run_bench, validate
     from pgpong.envs import check_env_id
-    from pgpong.workers import ClusterError, PoolError
+    from pgpong.cluster import ClusterError
+    from pgpong.workers import PoolError
 
     opts = BenchOptions(
         workers=args.workers, env_id=args.env_id, batch_sizes=args.batch_sizes, train_batches=args.train_batches,
@@ -419,6 +422,12 @@ def bench(args: argparse.Namespace) -> int:
         return EXIT_SIGINT
     print_report(report, args.json)
     return 0
+
+
+def _where(pool) -> str:
+    if not pool.num_workers:
+        return "this process (no Ray)"
+    return f"{pool.num_workers} Ray worker(s) on {pool.nodes()} node(s)"
 
 
 def _saved(run) -> str:

@@ -12,8 +12,6 @@ import os
 import re
 import resource
 import signal
-import socket
-import sys
 import time
 from collections import deque
 from typing import Iterator, Protocol
@@ -21,6 +19,7 @@ from typing import Iterator, Protocol
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from pgpong.cluster import cluster_cpus, start_ray
 from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
 from pgpong.policy import Params, compile_kernels
 from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, play_episode, play_match
@@ -35,7 +34,6 @@ START_SECONDS = 120.0
 START_GRACE_SECONDS = 15.0  # how long the other workers may lag the first one at start
 # Tests set this to make workers fail on purpose; nothing else reads it.
 TEST_FAULT = "_PGPONG_TEST_FAULT"
-CONNECT_SECONDS = 5.0
 
 
 class PoolError(RuntimeError):
@@ -57,14 +55,16 @@ class Pool(Protocol):
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
+    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False,
+                 pin_threads: bool = True):
         _test_fault("start")
-        threadpool_limits(1)
         self.env_id = env_id
         self.max_episode_steps = max_episode_steps
         self.env = make_env(env_id, max_episode_steps, endless)
         compile_kernels()
         self.gamma = gamma
+        if pin_threads:  # after the imports above, which may load BLAS libraries of their own
+            threadpool_limits(1)
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
         _test_fault("play", episode.batch)
@@ -123,6 +123,12 @@ class RolloutWorker:
     def ready(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def blas_threads(self) -> list[int]:
         return [info["num_threads"] for info in threadpool_info()]
 
@@ -155,8 +161,8 @@ class LocalPool:
     last_batch: dict[str, float] = {}
 
     def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float):
-        self._limit = threadpool_limits(1)
-        self.worker = RolloutWorker(env_id, max_episode_steps, gamma)
+        self.worker = RolloutWorker(env_id, max_episode_steps, gamma, pin_threads=False)
+        self._limit = threadpool_limits(1)  # restored by close()
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
         for episode in episodes:
@@ -295,6 +301,10 @@ class RayPool:
         self._start_actor()
         self.replaced += 1
 
+    def nodes(self) -> int:
+        """How many Ray nodes the running workers are spread over."""
+        return len(set(self.call_all("node_id")))
+
     def blas_threads(self) -> list[list[int]]:
         return self.call_all("blas_threads")
 
@@ -321,61 +331,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(.*\))?: ")
 
 
-# ---- starting or joining Ray -------------------------------------------------------
-
-
-class ClusterError(RuntimeError):
-    """Ray could not be started or the cluster could not be reached."""
-
-
-def check_address(address: str, timeout: float = CONNECT_SECONDS) -> None:
-    """Fail fast on an unreachable cluster: ray.init would retry for minutes."""
-    if address in ("auto", "local"):
-        return
-    host_port = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = host_port.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ClusterError(f"cluster address {address!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise ClusterError(
-            f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}); "
-            "is `ray start --head` running there and the port open?"
-        ) from None
-
-
-def start_ray(address: str | None, num_cpus: int | None = None) -> None:
-    """Join the cluster at `address`, or start a local Ray instance when it is None."""
-    # Ray reads these when it is imported, so they are set first.
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is None:
-        # Our own local instance: keep Ray's token authentication, chosen explicitly.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-    else:
-        check_address(address)
-    import ray
-    try:
-        ray.init(
-            address=address,
-            num_cpus=num_cpus if address is None else None,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=True,
-        )
-    except ConnectionError as exc:
-        raise ClusterError(f"cannot connect to the Ray cluster at {address}: {_reason(exc)}") from None
-    except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
-        text = str(exc)
-        if "authentication token" in text.lower():
-            raise ClusterError(
-                "the Ray cluster requires an authentication token and none was found: "
-                "copy the head node's ~/.ray/auth_token here or set RAY_AUTH_TOKEN"
-            ) from None
-        raise ClusterError(f"could not start Ray: {_reason(exc)}") from None
-
-
 def open_pool(
     env_id: str,
     max_episode_steps: int | None,
@@ -393,15 +348,3 @@ def open_pool(
     if workers is None:
         workers = cluster_cpus() if at_most is None else min(at_most, cluster_cpus())
     return RayPool(env_id, max_episode_steps, gamma, workers)
-
-
-def cluster_cpus() -> int:
-    import ray
-
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
-def stop_ray() -> None:
-    ray = sys.modules.get("ray")  # never imported: nothing to stop (and no need to load it)
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()

@@ -1,0 +1,183 @@
+"""Starting or joining Ray: the address Ray will dial, token authentication, start and stop.
+
+Joining a cluster, pgpong first asks the cluster's GCS who it is (one gRPC call, a few
+seconds at most) with the token Ray's own commands would use. So a wrong address, a
+port where something else listens, or a missing or refused token is reported at once in
+one line, instead of ray.init's minutes of retries and C++ log lines.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CONNECT_SECONDS = 5.0
+TOKEN_HELP = (
+    "copy the head node's ~/.ray/auth_token to this machine (or point RAY_AUTH_TOKEN_PATH at a copy, "
+    "or set RAY_AUTH_TOKEN)"
+)
+
+
+class ClusterError(RuntimeError):
+    """Ray could not be started or the cluster could not be reached."""
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str
+    source: str  # where it was found, for messages
+
+
+def find_token() -> Token | None:
+    """The cluster token, looked for where Ray's own commands look: RAY_AUTH_TOKEN,
+    the file RAY_AUTH_TOKEN_PATH names, then ~/.ray/auth_token."""
+    value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if value:
+        return Token(value, "RAY_AUTH_TOKEN")
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    path = Path(named).expanduser() if named else Path.home() / ".ray" / "auth_token"
+    try:
+        value = path.read_text(errors="replace").strip() if path.is_file() and path.stat().st_size < 4096 else ""
+    except OSError:
+        value = ""
+    if value:
+        return Token(value, str(path))
+    if named:
+        raise ClusterError(f"RAY_AUTH_TOKEN_PATH is {named}, but there is no readable token there")
+    return None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """HOST:PORT of a Ray cluster's GCS, checked; a few common mistakes named."""
+    text = address.strip()
+    if text.startswith(("ray://", "http://", "https://")):
+        scheme = text.split("://", 1)[0]
+        what = "a Ray Client address" if scheme == "ray" else "a dashboard (HTTP) address"
+        raise ClusterError(
+            f"cluster address {address!r} is {what}; pgpong joins a cluster at the head's GCS address "
+            "HOST:PORT (the port given to `ray start --head --port`, 6379 by default)"
+        )
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        raise ClusterError(f"cluster address {address!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
+    if not 1 <= int(port) <= 65535:
+        raise ClusterError(f"cluster address {address!r}: port {port} is out of range (1-65535)")
+    return host, int(port)
+
+
+def dialled_host(host: str) -> str:
+    """The host Ray will actually dial: it replaces a loopback name or address by this
+    node's own IP (so a cluster listening on 127.0.0.1 only is not reachable)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return host
+    from ray._private.services import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CONNECT_SECONDS, given: str = "") -> None:
+    """Ask the GCS at host:port for the cluster id, as ray.init would, with the token;
+    raise ClusterError saying what is wrong (naming `given`, the address as the user wrote it)."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    where = f"{host}:{port}"
+    if given and given != where:
+        where = f"{given} (dialled as {where}: Ray replaces a loopback address by this node's IP)"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()  # the cheap check first
+    except OSError as exc:
+        raise ClusterError(
+            f"cannot reach a Ray cluster at {where} ({exc.strerror or exc}); "
+            "is `ray start --head` running there and the port open?"
+        ) from None
+    metadata = [("authorization", f"Bearer {token.value}")] if token else []
+    with grpc.insecure_channel(where) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                if token is None:
+                    raise ClusterError(
+                        f"the Ray cluster at {where} requires an authentication token and none was found: {TOKEN_HELP}"
+                    ) from None
+                raise ClusterError(
+                    f"the Ray cluster at {where} refused the authentication token from {token.source}: "
+                    f"use the head node's ~/.ray/auth_token"
+                ) from None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise ClusterError(f"no Ray cluster answered at {where} within {timeout:.0f} s") from None
+            raise ClusterError(
+                f"no Ray cluster answers at {where}: something else listens on that port ({code.name.lower()}); "
+                "give the head's GCS address (the port of `ray start --head --port`)"
+            ) from None
+
+
+def check_address(address: str, timeout: float = CONNECT_SECONDS) -> str:
+    """Check that a Ray cluster answers at `address` and takes our token (turning
+    token mode on for this process when a token is found, as Ray's own commands do);
+    return the address Ray will dial."""
+    host, port = parse_address(address)
+    token = find_token()
+    if token is not None:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    sending = token if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else None
+    dialled = dialled_host(host)
+    probe_cluster(dialled, port, sending, timeout, given=address.strip())
+    return f"{dialled}:{port}"
+
+
+def start_ray(address: str | None, num_cpus: int | None = None) -> None:
+    """Join the cluster at `address`, or start a local Ray instance when it is None."""
+    # Ray reads these when it is imported (and its C++ core when it starts), so they
+    # are decided first.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")  # our own instance: Ray's default, chosen explicitly
+    else:
+        address = check_address(address)
+    import ray
+
+    try:
+        ray.init(
+            address=address,
+            num_cpus=num_cpus if address is None else None,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
+    except ConnectionError as exc:
+        raise ClusterError(f"cannot connect to the Ray cluster at {address}: {_first_line(exc)}") from None
+    except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
+        if "authentication token" in str(exc).lower():
+            raise ClusterError(f"the Ray cluster requires an authentication token: {TOKEN_HELP}") from None
+        raise ClusterError(f"could not start Ray: {_first_line(exc)}") from None
+
+
+def cluster_cpus() -> int:
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def stop_ray() -> None:
+    ray = sys.modules.get("ray")  # never imported: nothing to stop (and no need to load it)
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

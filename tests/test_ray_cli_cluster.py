@@ -1,0 +1,116 @@
+"""A cluster built as the README says, with the `ray` command (a head and a second node
+on this machine, token authentication on): pgpong trains on both nodes; a missing or
+wrong token is refused at once; a Ray job trains. Every Ray process started here is
+stopped at the end, even when a test fails (`ray stop --force`, so no other Ray
+instance may run on the machine meanwhile: tests run one at a time)."""
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgpong.runlog import read_progress
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+def readme_block(name: str) -> list[str]:
+    """The commands of the README's block marked <!-- name --> ... <!-- /name -->."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(rf"<!-- {name} -->(.*?)<!-- /{name} -->", text, re.S)
+    assert found, f"README has no block {name}"
+    lines = [line.strip() for line in found.group(1).splitlines()]
+    return [line.split("  #")[0].strip() for line in lines if line and not line.startswith(("```", "#"))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def as_run_here(command: str, port: int, extra: dict[str, str]) -> str:
+    """The README's command, with this machine's free port and this environment's executables."""
+    command = command.replace("6379", str(port))
+    words = shlex.split(command)
+    env = [w for w in words if re.fullmatch(r"[A-Z_]+=.*", w)]
+    rest = words[len(env):]
+    program = {"ray": str(BIN / "ray"), "pgpong": f"{sys.executable} -m pgpong"}[rest[0]]
+    return " ".join([*env, *(f"{k}={v}" for k, v in extra.items()), program, *map(shlex.quote, rest[1:])])
+
+
+@pytest.fixture
+def ray_home(tmp_path):
+    """A home directory of its own (the token goes there), and `ray stop` at the end."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
+        env.pop(key, None)
+    try:
+        yield home, env
+    finally:
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def run(command: str, env: dict, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_readme_cluster_steps_train_on_both_nodes(ray_home, tmp_path):
+    home, env = ray_home
+    port = free_port()
+    commands = readme_block("cluster-on-one-machine")
+    assert [c.split()[0] if "=" not in c.split()[0] else c.split()[1] for c in commands] == ["ray", "ray", "pgpong", "ray"]
+    run_dir = tmp_path / "run"
+    for command in commands[:2]:
+        proc = run(as_run_here(command, port, {}), env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (home / ".ray" / "auth_token").is_file()  # `ray start --head` made the token
+    train = as_run_here(commands[2], port, {}) + f" --run-dir {run_dir}"
+    proc = run(train, env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "on 2 Ray worker(s) on 2 node(s)" in proc.stdout, proc.stdout
+    rows = read_progress(run_dir / "progress.csv")
+    assert rows and all(r["workers"] == "2" for r in rows)
+    assert "gcs_client" not in proc.stderr and "InvalidAuthToken" not in proc.stderr
+    proc = run(as_run_here(commands[3], port, {}), env)  # ray stop, as the README ends
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("token", [None, "not-the-token"])
+def test_missing_or_wrong_token_is_refused_at_once(ray_home, tmp_path, token):
+    home, env = ray_home
+    port = free_port()
+    proc = run(f"{BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env)
+    assert proc.returncode == 0, proc.stderr
+    driver_env = {**env, "HOME": str(tmp_path)}  # a machine without the head's token
+    if token:
+        driver_env["RAY_AUTH_TOKEN"] = token
+    # The subprocess timeout is the hang guard: pgpong promises an answer within 15 s.
+    proc = run(f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --run-dir {tmp_path / 'r'}", driver_env, timeout=30)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    expected = "requires an authentication token" if token is None else "refused the authentication token from RAY_AUTH_TOKEN"
+    assert expected in lines[0] and "auth_token" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_cluster_without_authentication_takes_a_driver_that_has_a_token(ray_home, tmp_path):
+    home, env = ray_home
+    port = free_port()
+    proc = run(f"RAY_AUTH_MODE=disabled {BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env)
+    assert proc.returncode == 0, proc.stderr
+    (home / ".ray").mkdir(exist_ok=True)
+    (home / ".ray" / "auth_token").write_text("a-token-this-cluster-does-not-ask-for")
+    proc = run(f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --iterations 1 --batch-size 1 "
+               f"--max-episode-steps 50 --run-dir {tmp_path / 'r'}", env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert len(read_progress(tmp_path / "r" / "progress.csv")) == 1
