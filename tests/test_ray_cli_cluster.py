@@ -36,14 +36,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def as_run_here(command: str, port: int, extra: dict[str, str]) -> str:
-    """The README's command, with this machine's free port and this environment's executables."""
+def as_run_here(command: str, port: int) -> str:
+    """The README's command as written, with this machine's free port and this
+    environment's executables in place of `ray` and `pgpong`."""
     command = command.replace("6379", str(port))
-    words = shlex.split(command)
-    env = [w for w in words if re.fullmatch(r"[A-Z_]+=.*", w)]
-    rest = words[len(env):]
-    program = {"ray": str(BIN / "ray"), "pgpong": f"{sys.executable} -m pgpong"}[rest[0]]
-    return " ".join([*env, *(f"{k}={v}" for k, v in extra.items()), program, *map(shlex.quote, rest[1:])])
+    programs = {"ray": str(BIN / "ray"), "pgpong": f"{sys.executable} -m pgpong"}
+    return re.sub(r"^((?:[A-Z_]+=\S+\s+)*)(ray|pgpong)\b", lambda m: m.group(1) + programs[m.group(2)], command)
+
+
+def program(command: str) -> str:
+    return re.sub(r"^(?:[A-Z_]+=\S+\s+)*", "", command).split()[0]
 
 
 @pytest.fixture
@@ -68,29 +70,43 @@ def test_readme_cluster_steps_train_on_both_nodes(ray_home, tmp_path):
     home, env = ray_home
     port = free_port()
     commands = readme_block("cluster-on-one-machine")
-    assert [c.split()[0] if "=" not in c.split()[0] else c.split()[1] for c in commands] == ["ray", "ray", "pgpong", "ray"]
+    assert [program(c) for c in commands] == ["ray", "ray", "ray", "pgpong", "ray"]
     run_dir = tmp_path / "run"
-    for command in commands[:2]:
-        proc = run(as_run_here(command, port, {}), env)
+    for command in commands[:3]:
+        proc = run(as_run_here(command, port), env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (home / ".ray" / "auth_token").is_file()  # `ray start --head` made the token
-    train = as_run_here(commands[2], port, {}) + f" --run-dir {run_dir}"
+    assert (home / ".ray" / "auth_token").is_file()
+    train = as_run_here(commands[3], port) + f" --run-dir {run_dir}"
     proc = run(train, env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "on 2 Ray worker(s) on 2 node(s)" in proc.stdout, proc.stdout
     rows = read_progress(run_dir / "progress.csv")
     assert rows and all(r["workers"] == "2" for r in rows)
     assert "gcs_client" not in proc.stderr and "InvalidAuthToken" not in proc.stderr
-    proc = run(as_run_here(commands[3], port, {}), env)  # ray stop, as the README ends
+    proc = run(as_run_here(commands[4], port), env)  # ray stop, as the README ends
     assert proc.returncode == 0
 
 
+@pytest.fixture(scope="module")
+def token_head(tmp_path_factory):
+    """One head with token authentication and the dashboard (Ray's job server)."""
+    home = tmp_path_factory.mktemp("home")
+    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
+        env.pop(key, None)
+    port, dashboard = free_port(), free_port()
+    try:
+        proc = run(f"{BIN / 'ray'} get-auth-token --generate > /dev/null && {BIN / 'ray'} start --head --port {port} "
+                   f"--num-cpus 2 --dashboard-port {dashboard}", env)
+        assert proc.returncode == 0, proc.stderr
+        yield env, port, dashboard
+    finally:
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
 @pytest.mark.parametrize("token", [None, "not-the-token"])
-def test_missing_or_wrong_token_is_refused_at_once(ray_home, tmp_path, token):
-    home, env = ray_home
-    port = free_port()
-    proc = run(f"{BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env)
-    assert proc.returncode == 0, proc.stderr
+def test_missing_or_wrong_token_is_refused_at_once(token_head, tmp_path, token):
+    env, port, _ = token_head
     driver_env = {**env, "HOME": str(tmp_path)}  # a machine without the head's token
     if token:
         driver_env["RAY_AUTH_TOKEN"] = token
@@ -101,6 +117,22 @@ def test_missing_or_wrong_token_is_refused_at_once(ray_home, tmp_path, token):
     expected = "requires an authentication token" if token is None else "refused the authentication token from RAY_AUTH_TOKEN"
     assert expected in lines[0] and "auth_token" in lines[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_ray_job_trains_and_its_logs_show_the_batches(token_head, tmp_path):
+    env, _, dashboard = token_head
+    command = readme_block("ray-job")[0]
+    assert command.startswith("RAY_AUTH_MODE=token ray job submit --address http://HEAD_IP:8265 --working-dir . -- pgpong train")
+    run_dir = tmp_path / "job-run"
+    command = (command.replace("HEAD_IP:8265", f"127.0.0.1:{dashboard}").replace("/abs/path/runs/pong-job", str(run_dir))
+               + " --iterations 2 --batch-size 2 --max-episode-steps 100")
+    command = command.replace(" ray job", f" {BIN / 'ray'} job").replace("-- pgpong train", f"-- {sys.executable} -m pgpong train")
+    proc = run(command, env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "succeeded" in out
+    assert len(re.findall(r"^batch +\d+ \| 2 episodes", out, re.M)) == 2, out
+    assert [r["batch"] for r in read_progress(run_dir / "progress.csv")] == ["1", "2"]  # on the head, where it said
 
 
 def test_a_cluster_without_authentication_takes_a_driver_that_has_a_token(ray_home, tmp_path):

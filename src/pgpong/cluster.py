@@ -85,15 +85,16 @@ def dialled_host(host: str) -> str:
     return get_node_ip_address()
 
 
-def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CONNECT_SECONDS, given: str = "") -> None:
-    """Ask the GCS at host:port for the cluster id, as ray.init would, with the token;
-    raise ClusterError saying what is wrong (naming `given`, the address as the user wrote it)."""
+def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CONNECT_SECONDS, given: str = "") -> bool:
+    """Ask the GCS at host:port for the cluster id, as ray.init would, with the token if
+    any. Return False if it answered, True if it wants a token and none was sent; raise
+    ClusterError saying what is wrong otherwise (naming `given`, the address as written)."""
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    where = f"{host}:{port}"
-    if given and given != where:
-        where = f"{given} (dialled as {where}: Ray replaces a loopback address by this node's IP)"
+    target = where = f"{host}:{port}"
+    if given and given != target:
+        where = f"{given} (dialled as {target}: Ray replaces a loopback address by this node's IP)"
     try:
         socket.create_connection((host, port), timeout=timeout).close()  # the cheap check first
     except OSError as exc:
@@ -102,41 +103,59 @@ def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CO
             "is `ray start --head` running there and the port open?"
         ) from None
     metadata = [("authorization", f"Bearer {token.value}")] if token else []
-    with grpc.insecure_channel(where) as channel:
+    with grpc.insecure_channel(target) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         try:
             stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout, metadata=metadata)
+            return False
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.UNAUTHENTICATED:
                 if token is None:
-                    raise ClusterError(
-                        f"the Ray cluster at {where} requires an authentication token and none was found: {TOKEN_HELP}"
-                    ) from None
+                    return True
                 raise ClusterError(
                     f"the Ray cluster at {where} refused the authentication token from {token.source}: "
-                    f"use the head node's ~/.ray/auth_token"
+                    "use the head node's ~/.ray/auth_token"
                 ) from None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise ClusterError(f"no Ray cluster answered at {where} within {timeout:.0f} s") from None
             raise ClusterError(
-                f"no Ray cluster answers at {where}: something else listens on that port ({code.name.lower()}); "
+                f"no Ray cluster answers at {where}: something else listens on that port "
+                f"({code.name.lower()}: {_first_line(Exception(exc.details() or ''))}); "
                 "give the head's GCS address (the port of `ray start --head --port`)"
             ) from None
 
 
 def check_address(address: str, timeout: float = CONNECT_SECONDS) -> str:
-    """Check that a Ray cluster answers at `address` and takes our token (turning
-    token mode on for this process when a token is found, as Ray's own commands do);
-    return the address Ray will dial."""
+    """Check that a Ray cluster answers at `address`, and with a token where it wants
+    one (found where Ray's own commands look); set this process's token mode to match
+    the cluster's. Return the address Ray will dial."""
     host, port = parse_address(address)
-    token = find_token()
-    if token is not None:
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-    sending = token if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else None
     dialled = dialled_host(host)
-    probe_cluster(dialled, port, sending, timeout, given=address.strip())
+    given = address.strip()
+    if probe_cluster(dialled, port, None, timeout, given):
+        token = find_token()
+        if token is None:
+            raise ClusterError(
+                f"the Ray cluster at {given} requires an authentication token and none was found: {TOKEN_HELP}"
+            )
+        probe_cluster(dialled, port, token, timeout, given)
+        _set_auth_mode("token")
+    else:
+        # A cluster without authentication: a driver in token mode would start
+        # workers that cannot run there.
+        _set_auth_mode("disabled")
     return f"{dialled}:{port}"
+
+
+def _set_auth_mode(mode: str) -> None:
+    """Ray's token mode for this process and the workers it starts. Ray caches its
+    settings when imported (the probe imported it), so they are read again, as Ray's
+    own `ray start` does when it turns token mode on."""
+    os.environ["RAY_AUTH_MODE"] = mode
+    from ray._raylet import Config
+
+    Config.initialize("")
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> None:
