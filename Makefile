@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train test bench clean
+.PHONY: train play test bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 train: $(VENV)/.installed
 	$(BIN)/pgpong train $(ARGS)
+
+play: $(VENV)/.installed
+	$(BIN)/pgpong play $(ARGS)
 
 test: $(VENV)/.installed
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest $(ARGS)

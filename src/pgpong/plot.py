@@ -56,6 +56,13 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
     return {name: np.array(values) for name, values in columns.items()}
 
 
+def run_label(run_dir: Path) -> str:
+    """A run's name in titles and legends: its directory, or a CSV file's name."""
+    if run_dir.suffix == ".csv":
+        return run_dir.name.removesuffix(".csv").removesuffix(".progress")
+    return run_dir.resolve().name or str(run_dir)
+
+
 def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     """Running reward and each batch's mean score (min-max band) per run, and env
     steps per second below; the 0 line is the built-in player's level."""
@@ -71,7 +78,7 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     for k, (run_dir, c) in enumerate(curves):
         colour = colours[k % len(colours)]
         xs = c[column] * factor
-        name = run_dir.name or str(run_dir)
+        name = run_label(run_dir)
         band = "batch score min-max" if len(curves) == 1 else None
         top.fill_between(xs, c["score_min"], c["score_max"], color=colour, alpha=0.12, linewidth=0, label=band)
         top.plot(xs, c["score_mean"], color=colour, alpha=0.35, linewidth=0.8,
@@ -87,7 +94,7 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     top.set_ylabel("score per match (points for - against)")
     top.grid(alpha=0.3)
     top.legend(loc="upper left", fontsize=9)
-    title = curves[0][0].name if len(curves) == 1 else f"{len(curves)} runs"
+    title = run_label(curves[0][0]) if len(curves) == 1 else f"{len(curves)} runs"
     top.set_title(f"pgpong learning curve: {title}")
     bottom.set_ylabel("env steps / s")
     bottom.set_xlabel(label)
