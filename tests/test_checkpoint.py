@@ -124,10 +124,14 @@ def test_array_changed_behind_the_header_fails_the_checksum(tmp_path):
 
 def test_non_checkpoint_npz_is_refused(tmp_path):
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
-    with pytest.raises(CheckpointError, match="not a pgpong checkpoint"):
+    with pytest.raises(CheckpointError, match="unexpected member 'a.npy'"):
         load_checkpoint(tmp_path / "other.npz")
+    np.savez(tmp_path / "weights.npz", W1=np.zeros((2, 6400)), W2=np.zeros(2))
+    with pytest.raises(CheckpointError, match="not a pgpong checkpoint.*pgpong play"):
+        load_checkpoint(tmp_path / "weights.npz")
+    np.savez(tmp_path / "half.npz", W1=np.zeros((2, 6400)))
     with pytest.raises(CheckpointError, match="W1 and W2"):
-        load_weights(tmp_path / "other.npz")
+        load_weights(tmp_path / "half.npz")
 
 
 def test_pickled_object_arrays_are_never_loaded(tmp_path):

@@ -56,12 +56,25 @@ BAD_INPUTS = [
     (["--workers", "-1"], ["--workers"]),
     (["--hidden", "many"], ["--hidden", "many"]),
     (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment", "PongNoFrameskip-v4"]),
+    (["--env-id", "ALE/Breakout-v5"], ["ALE/Breakout-v5", "is not Pong", "ALE/Pong-v5"]),
+    (["--lr", "1e30"], ["--learning-rate", "1e+30"]),
+    (["--lr", "inf"], ["--learning-rate", "inf"]),
+    (["--lr", "nan"], ["--learning-rate", "nan"]),
+    (["--hidden", "100000"], ["--hidden", "at most"]),
+    (["--decay-rate", "1"], ["--decay-rate"]),
+    (["--seed", "-1"], ["--seed"]),
+    (["--max-episode-steps", "0"], ["--max-episode-steps"]),
+    (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),
+    (["--iterations", "-1"], ["--iterations"]),
+    (["--address", "localhost:99999"], ["localhost:99999", "port 99999 is out of range"]),
+    (["--address", "http://127.0.0.1:8265"], ["dashboard", "GCS address"]),
 ]
 
 
 @pytest.mark.parametrize("flags, words", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, flags, words):
-    proc = run_pgpong("train", *flags, "--iterations", "1", cwd=tmp_path)
+    limit = [] if "--iterations" in flags else ["--iterations", "1"]
+    proc = run_pgpong("train", *flags, *limit, cwd=tmp_path)
     assert_one_line_error(proc, *words)
     assert list(tmp_path.iterdir()) == []
 
@@ -134,3 +147,59 @@ def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
     done = len(read_progress(run_dir / "progress.csv"))
     assert done >= 2
     assert load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1]).batch == done
+
+
+def test_an_address_where_something_else_listens_is_refused(tmp_path):
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("0.0.0.0", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # The subprocess timeout is the hang guard (pgpong answers within 15 s).
+        proc = run_pgpong("train", "--address", f"127.0.0.1:{server.server_port}", "--run-dir", str(tmp_path / "r"), timeout=40)
+    finally:
+        server.shutdown()
+    assert_one_line_error(proc, f"127.0.0.1:{server.server_port}", "no Ray cluster answers")
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_from_a_checkpoint_of_another_run_is_refused(tmp_path):
+    common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "30", "--hidden", "8", "--iterations", "1"]
+    assert run_pgpong("train", *common, "--run-dir", str(tmp_path / "a")).returncode == 0
+    assert run_pgpong("train", *common, "--lr", "0.01", "--env-id", "Pong-v0", "--run-dir", str(tmp_path / "b")).returncode == 0
+    foreign = tmp_path / "b" / "checkpoints" / "ckpt-000001.npz"
+    proc = run_pgpong("train", *common[:-1], "2", "--run-dir", str(tmp_path / "a"), "--resume-from", str(foreign))
+    assert_one_line_error(proc, "ckpt-000001.npz", "--env-id Pong-v0 (this run: ALE/Pong-v5)", "--learning-rate 0.01")
+    weights_only = tmp_path / "w.npz"
+    import numpy as np
+
+    np.savez(weights_only, W1=np.zeros((8, 6400), np.float32), W2=np.zeros(8, np.float32))
+    proc = run_pgpong("train", *common[:-1], "2", "--run-dir", str(tmp_path / "a"), "--resume-from", str(weights_only))
+    assert_one_line_error(proc, "w.npz", "pgpong play")
+    assert len(read_progress(tmp_path / "a" / "progress.csv")) == 1
+
+
+def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address(tmp_path):
+    common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "30", "--hidden", "8"]
+    proc = run_pgpong("train", *common, "--iterations", "1", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "--workers 0 plays in this process" in proc.stderr
+    import json
+
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["ray_address"] == "local"
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0
+    assert "already has its 1 batches" in proc.stdout and "--iterations 2" in proc.stdout
+
+
+@pytest.mark.slow
+def test_more_workers_than_cpus_runs_what_fits_and_records_it(tmp_path):
+    import json
+
+    proc = run_pgpong("train", "--workers", "50", "--iterations", "1", "--batch-size", "2", "--max-episode-steps", "30",
+                      "--run-dir", str(tmp_path / "r"), env={"RAY_ADDRESS": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert "50 workers asked" in proc.stderr
+    cpus = int(proc.stderr.split("has ")[1].split(" CPU")[0])
+    assert f"on {cpus} Ray worker(s)" in proc.stdout
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["workers"] == cpus

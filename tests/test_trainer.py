@@ -104,3 +104,82 @@ def test_running_reward_follows_the_spec(tmp_path):
     assert [row["env_steps"] for row in rows] == ["200", "400"]
     assert [float(row["score_mean"]) for row in rows] == [-20.0, -7.5]
     assert run.state.running_reward == expected[-1]
+
+
+class PoisonedPool(ScriptedPool):
+    """Like ScriptedPool, but the gradient of every episode from batch `from_batch` is NaN."""
+
+    def __init__(self, scores, from_batch):
+        super().__init__(scores)
+        self.from_batch = from_batch
+
+    def play_batch(self, weights, episodes):
+        for result in super().play_batch(weights, episodes):
+            if result.episode.batch >= self.from_batch:
+                result.grad = EpisodeGradient(np.array([5], np.intp), np.full((weights.hidden, 1), np.nan, np.float32),
+                                              weights.W2 * 0)
+            yield result
+
+
+def test_non_finite_gradient_stops_the_run_before_anything_is_written(tmp_path):
+    from pgpong.trainer import TrainingDiverged
+
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
+    create_run_files(run, {})
+    trainer = Trainer(run.config, run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO()))
+    with pytest.raises(TrainingDiverged, match="batch 2: the batch's summed gradient became NaN.*learning rate"):
+        trainer.train()
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
+    assert [p.name for p in list_checkpoints(run.checkpoints)] == ["ckpt-000001.npz"]
+    assert np.isfinite(load_checkpoint(run.checkpoints / "ckpt-000001.npz").weights.W1).all()
+
+
+def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):
+    import json
+
+    run = open_run(tmp_path / "r", {**SETTINGS, "iterations": 1})
+    create_run_files(run, {"command": "pgpong train first", "written": "t0"})
+    for k in (1, 2):
+        again = open_run(tmp_path / "r", {"iterations": 1 + k})
+        create_run_files(again, {"command": f"pgpong train resume {k}", "written": f"t{k}"})
+    data = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert data["command"] == "pgpong train first" and data["written"] == "t0"
+    assert [r["command"] for r in data["resumes"]] == ["pgpong train resume 1", "pgpong train resume 2"]
+    assert data["config"]["iterations"] == 3
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "cannot read"),
+    ('{"config": {"hidden": "many"}}', "--hidden"),
+    ('{"config": [1, 2]}', 'no "config" object'),
+    ('[1, 2, 3]', "not a JSON object"),
+])
+def test_damaged_config_json_is_refused(tmp_path, text, words):
+    from pgpong.config import ConfigError
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match=words):
+        open_run(tmp_path / "r", {})
+
+
+def test_huge_config_json_is_refused_unread(tmp_path):
+    from pgpong.config import ConfigError
+
+    (tmp_path / "r").mkdir()
+    with open(tmp_path / "r" / "config.json", "wb") as f:
+        f.truncate(2 * 2**30)  # 2 GB of holes: reading it would take 2 GB
+    with pytest.raises(ConfigError, match="too large"):
+        open_run(tmp_path / "r", {})
+
+
+def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
+    create_run_files(run, {})
+    Trainer(run.config, run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    text = run.progress_path.read_text()
+    run.progress_path.write_text(text + "3,6,600,1.")  # batch 3's row, cut short
+    (run.checkpoints / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint
+    again = open_run(tmp_path / "r", {"iterations": 2})
+    create_run_files(again, {})
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]

@@ -154,24 +154,42 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+MAX_HIDDEN = 4096  # the largest hidden size pgpong loads (W1 of 4096 x 6400 float64 is 210 MB)
+MAX_HEADER_BYTES = 1 << 20
+_MEMBERS = {"header": MAX_HEADER_BYTES, "W1": None, "W2": None, "cache_W1": None, "cache_W2": None}
+
+
 def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and JSON header of a checkpoint or weights file, read only after the
+    zip directory and every member's .npy header were checked: expected names only,
+    float arrays of usable shapes (or the uint8 header), sizes that agree. Nothing is
+    ever unpickled, and no array larger than its header allows is allocated."""
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory (to continue a run, give it as --run-dir)")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise CheckpointError(f"{path}: a single array, not a checkpoint archive")
-            arrays = {name: data[name] for name in data.files}
+        with zipfile.ZipFile(path) as archive:
+            shapes = _checked_members(path, archive)
+            arrays = {}
+            for name, (info, _shape) in shapes.items():
+                with archive.open(info) as member:
+                    arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except CheckpointError:
         raise
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, EOFError) as exc:
+    except zipfile.BadZipFile as exc:
+        kind = "a single .npy array" if _starts_with(path, b"\x93NUMPY") else "not a .npz archive"
+        raise CheckpointError(f"{path}: {kind}, or truncated or damaged ({exc})") from None
+    except (EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: truncated or damaged file ({exc or type(exc).__name__})") from None
     except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{path}: not a readable .npz file ({exc})") from None
+        raise CheckpointError(f"{path}: not a readable .npz file ({_one_line(exc)})") from None
     raw = arrays.pop("header", None)
     if raw is None:
         if need_header:
-            raise CheckpointError(f"{path}: not a pgpong checkpoint (no pgpong header)")
+            raise CheckpointError(
+                f"{path}: not a pgpong checkpoint (no pgpong header): a weights-only file is for `pgpong play`"
+            )
         return arrays, {}
     try:
         header = json.loads(raw.tobytes().decode())
@@ -180,6 +198,66 @@ def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], 
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: damaged header ({exc})") from None
     return arrays, header
+
+
+def _checked_members(path: Path, archive: zipfile.ZipFile) -> dict[str, tuple[zipfile.ZipInfo, tuple[int, ...]]]:
+    infos = archive.infolist()
+    if len(infos) > len(_MEMBERS):
+        raise CheckpointError(f"{path}: {len(infos)} members; a pgpong file has at most {len(_MEMBERS)}")
+    checked = {}
+    for info in infos:
+        name = info.filename.removesuffix(".npy")
+        if name not in _MEMBERS or not info.filename.endswith(".npy"):
+            raise CheckpointError(f"{path}: unexpected member {info.filename!r} (expected W1, W2 and pgpong's own)")
+        with archive.open(info) as member:
+            try:
+                version = np.lib.format.read_magic(member)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(member, max_header_size=10_000)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(member, max_header_size=10_000)
+            except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+                raise CheckpointError(f"{path}: member {info.filename} has no valid .npy header ({_one_line(exc)})") from None
+            offset = member.tell()
+        _check_member(path, name, shape, dtype)
+        expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if info.file_size != expected:
+            raise CheckpointError(
+                f"{path}: member {info.filename} holds {info.file_size} bytes, its header promises {expected}"
+            )
+        checked[name] = (info, tuple(shape))
+    return checked
+
+
+def _check_member(path: Path, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    if dtype.hasobject:
+        raise CheckpointError(f"{path}: member {name} holds Python objects; pgpong never unpickles")
+    if name == "header":
+        if dtype != np.uint8 or len(shape) != 1 or shape[0] > MAX_HEADER_BYTES:
+            raise CheckpointError(f"{path}: member header is not a JSON text of at most 1 MB")
+        return
+    if dtype.kind != "f" or dtype.itemsize > 8:
+        raise CheckpointError(f"{path}: {name} has dtype {dtype}; pgpong reads float16, float32 or float64 weights")
+    hidden_ok = len(shape) >= 1 and 1 <= shape[0] <= MAX_HIDDEN
+    if name.endswith("W1"):
+        ok = hidden_ok and len(shape) == 2 and shape[1] == D
+    else:
+        ok = hidden_ok and len(shape) == 1
+    if not ok:
+        what = f"(H, {D})" if name.endswith("W1") else "(H,)"
+        raise CheckpointError(f"{path}: {name} has shape {shape}; expected {what} with H from 1 to {MAX_HIDDEN}")
+
+
+def _starts_with(path: Path, prefix: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _checked_params(path: Path, W1: np.ndarray, W2: np.ndarray) -> Params:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import signal
@@ -230,6 +231,7 @@ def train(args: argparse.Namespace) -> int:
     from pgpong.trainer import (
         RunWriteError,
         Trainer,
+        TrainingDiverged,
         check_run_dir_writable,
         create_run_files,
         default_run_dir,
@@ -250,23 +252,31 @@ def train(args: argparse.Namespace) -> int:
     run = open_run(run_dir, given, args.resume_from)
     config = run.config
     check_env_id(config.env_id)
+    if run.resumed and config.iterations is not None and run.state.batch >= config.iterations:
+        more = max(2 * run.state.batch, run.state.batch + 1)
+        print(f"pgpong: {run_dir} already has its {run.state.batch} batches (--iterations {config.iterations}); "
+              f"to train on, ask for more: {_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))} "
+              f"--iterations {more}", flush=True)
+        return 0
     check_run_dir_writable(run)
+    if config.workers == 0 and address is not None:
+        print(f"pgpong: note: --workers 0 plays in this process, without Ray: the Ray address {address} is not used",
+              file=sys.stderr, flush=True)
+        address = None
 
     pool = None
     log = RunLog(run.progress_path, outputs=[LiveProgress(sys.stdout)])
     try:
-        pool = open_pool(config.env_id, config.max_episode_steps, config.gamma, config.workers, address)
+        pool = open_pool(config.env_id, config.max_episode_steps, config.gamma, config.workers, address,
+                         note=lambda text: print(f"pgpong: note: {text}", file=sys.stderr, flush=True))
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
+        if config.workers and pool.num_workers != config.workers:  # config.json records what runs
+            run.config = config = dataclasses.replace(config, workers=pool.num_workers)
         create_run_files(run, _run_info(address))
         log.outputs.append(TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict()))
         for message in run.skipped:
             log.say(f"pgpong: skipped a bad checkpoint: {message}")
-        where = _where(pool)
-        if run.resumed_from:
-            start = f"resuming from batch {run.state.batch} ({run.resumed_from})"
-        else:
-            start = "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
-        log.say(f"pgpong: {start} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {where}")
+        log.say(f"pgpong: {_start_line(run)} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {_where(pool)}")
         Trainer(config, run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
@@ -274,6 +284,8 @@ def train(args: argparse.Namespace) -> int:
         return _fail(str(exc), EXIT_BAD_INPUT)
     except (PoolError, RunWriteError) as exc:
         return _fail(f"{exc}. {_saved(run)}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
+    except TrainingDiverged as exc:
+        return _fail(f"{exc}. {_saved(run)} (good); start a new run with a smaller --lr", EXIT_FAILED)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
         status = EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
@@ -422,6 +434,15 @@ def bench(args: argparse.Namespace) -> int:
         return EXIT_SIGINT
     print_report(report, args.json)
     return 0
+
+
+def _start_line(run) -> str:
+    skipped = f"skipped {len(run.skipped)} bad checkpoint(s); " if run.skipped else ""
+    if run.resumed_from:
+        return f"{skipped}resuming from batch {run.state.batch} ({run.resumed_from})"
+    if run.skipped:
+        return f"{skipped}no usable checkpoint left, starting again from the initial weights"
+    return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
 def _where(pool) -> str:

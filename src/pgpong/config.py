@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+# An RMSProp step moves each weight by about the learning rate: past 1 it is noise.
+MAX_LEARNING_RATE = 1.0
+MAX_HIDDEN = 4096  # as checkpoint.MAX_HIDDEN: the largest network pgpong loads
 
 
 class ConfigError(ValueError):
@@ -51,8 +57,12 @@ class TrainConfig:
             f"--batch-size must be at least 1, got {self.batch_size}",
         )
         _check(
-            _is_number(self.learning_rate) and self.learning_rate > 0,
-            f"--learning-rate must be positive, got {self.learning_rate}",
+            _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
+            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), got {self.learning_rate}",
+        )
+        _check(
+            _is_int(self.hidden) and self.hidden <= MAX_HIDDEN,
+            f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden}",
         )
         _check(_is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
         _check(
@@ -100,18 +110,43 @@ def settings() -> list[dataclasses.Field]:
     return list(dataclasses.fields(TrainConfig))
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def save_config(config: TrainConfig, path: Path, extra: dict[str, Any] | None = None) -> None:
-    data = {"config": config.to_dict(), **(extra or {})}
+    """Write config.json atomically. A new run records how it was made (`extra`: time,
+    command, Ray address, versions); a resumed one keeps that and appends `extra` to
+    its "resumes" list."""
+    data: dict[str, Any] = {"config": config.to_dict(), **(extra or {})}
+    if path.exists():
+        first = _read_json(path)
+        data = {**first, "config": config.to_dict(), "resumes": [*first.get("resumes", []), extra or {}]}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
 
 
 def load_config(path: Path) -> TrainConfig:
+    data = _read_json(path)
     try:
-        data = json.loads(path.read_text())
-        return TrainConfig.from_dict(data["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not isinstance(data.get("config"), dict):
+            raise ValueError('no "config" object')
+        return TrainConfig.from_dict(data["config"]).validate()
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path.stat().st_size / 2**20:.0f} MB is too large for a config.json")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if not isinstance(data.get("resumes", []), list):
+            raise ValueError('"resumes" is not a list')
+        return data
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 
 
@@ -125,4 +160,4 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

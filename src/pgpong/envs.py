@@ -32,8 +32,13 @@ def check_env_id(env_id: str) -> None:
     except gym.error.Error as exc:
         pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
         raise UnknownEnvironment(f"unknown environment id {env_id!r} ({exc}); Pong ids: {', '.join(pong)}") from None
+    pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
     if "ale_py" not in str(spec.entry_point) or spec.kwargs.get("obs_type", "rgb") != "rgb":
-        raise UnknownEnvironment(f"environment id {env_id!r} is not an RGB Atari (ALE) environment")
+        raise UnknownEnvironment(f"environment id {env_id!r} is not an RGB Atari (ALE) environment; Pong ids: {', '.join(pong)}")
+    if spec.kwargs.get("game") != "pong":
+        raise UnknownEnvironment(
+            f"environment id {env_id!r} is not Pong: pgpong's two actions and input are Pong's; Pong ids: {', '.join(pong)}"
+        )
 
 
 def make_env(

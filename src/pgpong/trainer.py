@@ -34,6 +34,20 @@ from pgpong.workers import Pool
 RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
 
 
+class TrainingDiverged(RuntimeError):
+    """The weights, the RMSProp cache or a gradient became NaN or infinite."""
+
+
+def _check_finite(params: Params, what: str, batch: int, cfg: TrainConfig) -> None:
+    # Checked before the batch's row and checkpoint are written: the last good
+    # checkpoint stays the newest, and no NaN reaches the disk.
+    if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
+        raise TrainingDiverged(
+            f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
+            f"({cfg.learning_rate:g}, pgpong's default is 3e-3): nothing of this batch was written"
+        )
+
+
 class RunWriteError(RuntimeError):
     """The run directory could not be written (disk full, permissions, ...)."""
 
@@ -72,8 +86,11 @@ class Trainer:
             worker_time.update(result.timings, record_bytes=result.record_bytes)
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
+        _check_finite(grad, "the batch's summed gradient", state.batch + 1, cfg)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
+        _check_finite(state.weights, "the weights", state.batch + 1, cfg)
+        _check_finite(state.cache, "the RMSProp cache", state.batch + 1, cfg)
 
         batch_s = time.monotonic() - began
         state.batch += 1
@@ -237,8 +254,18 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
 
 
 def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
+    """A checkpoint belongs to a run made with the same learning settings."""
     if state.weights.hidden != config.hidden:
         raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
+    recorded = {k: v for k, v in state.info.items() if k in config.to_dict()}
+    try:
+        theirs = dataclasses.replace(config, **recorded)
+    except TypeError:
+        raise CheckpointError(f"{path}: its recorded settings are unreadable") from None
+    changed = config.learning_differences(theirs)
+    if changed:
+        what = ", ".join(f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed)
+        raise CheckpointError(f"{path}: made with other learning settings ({what}); it belongs to another run")
 
 
 def check_run_dir_writable(run: Run) -> None:

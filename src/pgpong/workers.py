@@ -14,7 +14,7 @@ import resource
 import signal
 import time
 from collections import deque
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -338,13 +338,19 @@ def open_pool(
     workers: int | None,
     address: str | None,
     at_most: int | None = None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
-    locally. Close it, then call stop_ray()."""
+    locally. More workers than the cluster has CPUs are not waited for: `note` says
+    how many run. Close the pool, then call stop_ray()."""
     if workers == 0:
         return LocalPool(env_id, max_episode_steps, gamma)
     start_ray(address)
+    cpus = cluster_cpus()
     if workers is None:
-        workers = cluster_cpus() if at_most is None else min(at_most, cluster_cpus())
+        workers = cpus if at_most is None else min(at_most, cpus)
+    elif workers > cpus:
+        note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
+        workers = cpus
     return RayPool(env_id, max_episode_steps, gamma, workers)
