@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train play test bench clean
+.PHONY: train play test lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -24,6 +24,11 @@ play: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest $(ARGS)
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed
 	$(BIN)/pgpong bench $(ARGS)

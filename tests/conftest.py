@@ -1,3 +1,4 @@
+import logging
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ def ray_instance():
     """One local Ray instance shared by a module's tests (test_cluster needs its own cluster)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, logging_level="WARNING")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, logging_level=logging.WARNING)
     yield ray
     ray.shutdown()
 
@@ -24,9 +25,7 @@ def ray_instance():
 def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: Path | None = None):
     """Run the real command line in a subprocess; returns CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [*PGPONG, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd
-    )
+    return subprocess.run([*PGPONG, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
 def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dict, pool=None):
@@ -42,8 +41,10 @@ def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dic
     cfg = run.config
     own = pool is None
     if own:
-        pool = LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma) if workers == 0 else RayPool(
-            cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers
+        pool = (
+            LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma)
+            if workers == 0
+            else RayPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers)
         )
     try:
         return Trainer(cfg, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()

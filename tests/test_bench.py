@@ -9,8 +9,25 @@ from conftest import run_pgpong
 
 @pytest.mark.slow
 def test_bench_smoke_prints_every_section_with_plausible_numbers():
-    args = ["bench", "--workers", "2", "--batch-sizes", "1,2", "--train-batches", "1", "--update-batches", "1",
-            "--ceiling-seconds", "1.5", "--original-seconds", "1", "--max-episode-steps", "150", "--memory-steps", "600"]
+    args = [
+        "bench",
+        "--workers",
+        "2",
+        "--batch-sizes",
+        "1,2",
+        "--train-batches",
+        "1",
+        "--update-batches",
+        "1",
+        "--ceiling-seconds",
+        "1.5",
+        "--original-seconds",
+        "1",
+        "--max-episode-steps",
+        "150",
+        "--memory-steps",
+        "600",
+    ]
     proc = run_pgpong(*args, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -49,8 +66,13 @@ def test_bench_text_output_has_every_table():
 
     report = {
         "setup": {"env_id": "ALE/Pong-v5", "workers": 2, "cpus": 2, "python": "3.11", "max_episode_steps": None},
-        "ceiling": {"steps_per_s": 4000.0, "reset_s_per_match": 0.008, "matches": 9, "gymnasium_seeded_reset_s": 0.15,
-                    "pgpong_seeded_reset_s": 0.0001},
+        "ceiling": {
+            "steps_per_s": 4000.0,
+            "reset_s_per_match": 0.008,
+            "matches": 9,
+            "gymnasium_seeded_reset_s": 0.15,
+            "pgpong_seeded_reset_s": 0.0001,
+        },
         "original": {"steps_per_s": 1000.0, "episodes": 8},
         "training": {"steps_per_s_median": 3500.0, "ratio_to_ceiling": 0.875, "speedup_vs_original": 3.5, "batches": 3},
         "time": {
@@ -60,12 +82,26 @@ def test_bench_text_output_has_every_table():
             "driver_share_of_batch": {"publish weights": 0.001, "barrier": 0.1},
         },
         "updates": [{"batch_size": 10, "workers": 2, "seconds_median": 2.5}],
-        "memory": {"record_bytes_per_step": 93.0, "original_bytes_per_step": 52824, "long_episode_steps": 10000,
-                   "worker_peak_rss_bytes": 150 * 2**20, "worker_rss_before_bytes": 110 * 2**20},
+        "memory": {
+            "record_bytes_per_step": 93.0,
+            "original_bytes_per_step": 52824,
+            "long_episode_steps": 10000,
+            "worker_peak_rss_bytes": 150 * 2**20,
+            "worker_rss_before_bytes": 110 * 2**20,
+        },
     }
     text = format_report(report)
-    for needle in ("| 4,000 |", "**0.88**", "| 1,000 | 0.25 |", "3.5 times as fast as the original", "| emulator | 400.0 us/step |", "waiting for the slowest episode",
-                   "| 10 | 2 | 2.50 |", "93 bytes/step", "150 MB"):
+    for needle in (
+        "| 4,000 |",
+        "**0.88**",
+        "| 1,000 | 0.25 |",
+        "3.5 times as fast as the original",
+        "| emulator | 400.0 us/step |",
+        "waiting for the slowest episode",
+        "| 10 | 2 | 2.50 |",
+        "93 bytes/step",
+        "150 MB",
+    ):
         assert needle in text, needle
 
 

@@ -20,8 +20,16 @@ def make_state(batch=3, hidden=8):
     weights = Params.initial(hidden, seed=batch)
     cache = weights.zeros_like()
     cache.W1 += 0.5
-    return TrainingState(weights, cache, batch=batch, episodes=batch * 10, env_steps=1234, running_reward=-20.25,
-                         wall_s=12.5, info={"env_id": "ALE/Pong-v5"})
+    return TrainingState(
+        weights,
+        cache,
+        batch=batch,
+        episodes=batch * 10,
+        env_steps=1234,
+        running_reward=-20.25,
+        wall_s=12.5,
+        info={"env_id": "ALE/Pong-v5"},
+    )
 
 
 def test_round_trip(tmp_path):

@@ -23,8 +23,21 @@ def assert_one_line_error(proc, *words):
 def test_help_lists_every_setting():
     proc = run_pgpong("train", "--help")
     assert proc.returncode == 0
-    for flag in ("--env-id", "--hidden", "--batch-size", "--learning-rate", "--lr", "--gamma", "--decay-rate",
-                 "--iterations", "--workers", "--seed", "--run-dir", "--address", "BLAS"):
+    for flag in (
+        "--env-id",
+        "--hidden",
+        "--batch-size",
+        "--learning-rate",
+        "--lr",
+        "--gamma",
+        "--decay-rate",
+        "--iterations",
+        "--workers",
+        "--seed",
+        "--run-dir",
+        "--address",
+        "BLAS",
+    ):
         assert flag in proc.stdout, flag
     text = " ".join(proc.stdout.split())
     assert "(default: 200)" in text and "(default: ALE/Pong-v5)" in text and "(default: no limit)" in text
@@ -39,8 +52,19 @@ def test_train_end_to_end_on_ray(tmp_path):
     assert (run_dir / "config.json").exists()
     rows = read_progress(run_dir / "progress.csv")
     assert [r["batch"] for r in rows] == ["1", "2"]
-    for column in ("batch", "episodes", "env_steps", "wall_s", "batch_s", "running_reward", "score_mean",
-                   "score_min", "score_max", "episode_len_mean", "steps_per_s"):
+    for column in (
+        "batch",
+        "episodes",
+        "env_steps",
+        "wall_s",
+        "batch_s",
+        "running_reward",
+        "score_mean",
+        "score_min",
+        "score_max",
+        "episode_len_mean",
+        "steps_per_s",
+    ):
         assert column in rows[0]
     assert int(rows[1]["episodes"]) == 4
     assert float(rows[0]["episode_len_mean"]) > 500  # full matches
@@ -134,7 +158,9 @@ def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
     run_dir = tmp_path / "r"
     proc = subprocess.Popen(
         [*PGPONG, "train", "--batch-size", "2", "--max-episode-steps", "400", "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     wait_for_rows(run_dir / "progress.csv", 2, proc)
     proc.send_signal(signum)
@@ -157,7 +183,9 @@ def test_an_address_where_something_else_listens_is_refused(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         # The subprocess timeout is the hang guard (pgpong answers within 15 s).
-        proc = run_pgpong("train", "--address", f"127.0.0.1:{server.server_port}", "--run-dir", str(tmp_path / "r"), timeout=40)
+        proc = run_pgpong(
+            "train", "--address", f"127.0.0.1:{server.server_port}", "--run-dir", str(tmp_path / "r"), timeout=40
+        )
     finally:
         server.shutdown()
     assert_one_line_error(proc, f"127.0.0.1:{server.server_port}", "no Ray cluster answers")
@@ -167,7 +195,10 @@ def test_an_address_where_something_else_listens_is_refused(tmp_path):
 def test_resume_from_a_checkpoint_of_another_run_is_refused(tmp_path):
     common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "30", "--hidden", "8", "--iterations", "1"]
     assert run_pgpong("train", *common, "--run-dir", str(tmp_path / "a")).returncode == 0
-    assert run_pgpong("train", *common, "--lr", "0.01", "--env-id", "Pong-v0", "--run-dir", str(tmp_path / "b")).returncode == 0
+    assert (
+        run_pgpong("train", *common, "--lr", "0.01", "--env-id", "Pong-v0", "--run-dir", str(tmp_path / "b")).returncode
+        == 0
+    )
     foreign = tmp_path / "b" / "checkpoints" / "ckpt-000001.npz"
     proc = run_pgpong("train", *common[:-1], "2", "--run-dir", str(tmp_path / "a"), "--resume-from", str(foreign))
     assert_one_line_error(proc, "ckpt-000001.npz", "--env-id Pong-v0 (this run: ALE/Pong-v5)", "--learning-rate 0.01")
@@ -182,7 +213,9 @@ def test_resume_from_a_checkpoint_of_another_run_is_refused(tmp_path):
 
 def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address(tmp_path):
     common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "30", "--hidden", "8"]
-    proc = run_pgpong("train", *common, "--iterations", "1", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"))
+    proc = run_pgpong(
+        "train", *common, "--iterations", "1", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r")
+    )
     assert proc.returncode == 0 and "--workers 0 plays in this process" in proc.stderr
     import json
 
@@ -196,8 +229,20 @@ def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address(tmp_
 def test_more_workers_than_cpus_runs_what_fits_and_records_it(tmp_path):
     import json
 
-    proc = run_pgpong("train", "--workers", "50", "--iterations", "1", "--batch-size", "2", "--max-episode-steps", "30",
-                      "--run-dir", str(tmp_path / "r"), env={"RAY_ADDRESS": ""})
+    proc = run_pgpong(
+        "train",
+        "--workers",
+        "50",
+        "--iterations",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-episode-steps",
+        "30",
+        "--run-dir",
+        str(tmp_path / "r"),
+        env={"RAY_ADDRESS": ""},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "50 workers asked" in proc.stderr
     cpus = int(proc.stderr.split("has ")[1].split(" CPU")[0])

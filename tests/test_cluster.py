@@ -1,6 +1,7 @@
 """A multi-node Ray cluster on this machine (head + one worker node): training through
 --address, and a node lost mid-batch without losing the batch."""
 
+import logging
 import threading
 import time
 
@@ -27,12 +28,18 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                      "object_store_memory": STORE,
-                                                      "_system_config": FAST_HEALTH_CHECKS})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "object_store_memory": STORE,
+            "_system_config": FAST_HEALTH_CHECKS,
+        },
+    )
     worker_node = c.add_node(num_cpus=1, object_store_memory=STORE)
     c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="WARNING")
+    ray.init(address=c.address, logging_level=logging.WARNING)
     try:
         yield c, worker_node
     finally:
@@ -79,7 +86,20 @@ def test_lost_node_mid_batch_the_run_goes_on_with_identical_weights(tmp_path, cl
 @pytest.mark.slow
 def test_train_on_an_existing_cluster_by_address(tmp_path, cluster):
     c, _ = cluster
-    proc = run_pgpong("train", "--address", c.address, "--iterations", "1", "--batch-size", "2",
-                      "--max-episode-steps", "200", "--hidden", "16", "--run-dir", str(tmp_path / "run"))
+    proc = run_pgpong(
+        "train",
+        "--address",
+        c.address,
+        "--iterations",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-episode-steps",
+        "200",
+        "--hidden",
+        "16",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "on 2 Ray worker(s)" in proc.stdout  # one per CPU of the cluster: head + node

@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pgpong.envs import DOWN, UP, SeededAtari, check_env_id, make_gymnasium_env, UnknownEnvironment
+from pgpong.envs import DOWN, UP, SeededAtari, UnknownEnvironment, check_env_id, make_gymnasium_env
 
 
 def play(env, actions):
@@ -23,7 +23,7 @@ def play(env, actions):
 def assert_same_play(ours, theirs, actions):
     a, b = play(ours, actions), play(theirs, actions)
     assert len(a[0]) == len(b[0])
-    for x, y in zip(a[0], b[0]):
+    for x, y in zip(a[0], b[0], strict=True):
         np.testing.assert_array_equal(x, y)
     assert a[1] == b[1] and a[2] == b[2]
     return a
@@ -34,8 +34,11 @@ def test_same_frames_as_gymnasium_without_sticky_actions(env_id):
     actions = np.random.default_rng(0).choice([UP, DOWN], size=800)
     ours = SeededAtari(env_id)
     ours.sticky = 0.0  # Gymnasium's stickiness cannot be seeded per episode; compare without it
-    theirs = make_gymnasium_env(env_id) if env_id.startswith("PongNo") else gym.make(
-        env_id, repeat_action_probability=0.0, disable_env_checker=True)
+    theirs = (
+        make_gymnasium_env(env_id)
+        if env_id.startswith("PongNo")
+        else gym.make(env_id, repeat_action_probability=0.0, disable_env_checker=True)
+    )
     for match in range(2):  # the second match checks that our snapshot reset equals ALE's reset
         np.testing.assert_array_equal(ours.reset(seed=match)[0], theirs.reset(seed=match if match == 0 else None)[0])
         frames, rewards, _ = assert_same_play(ours, theirs, actions)
@@ -49,7 +52,7 @@ def test_full_stickiness_holds_the_first_action():
     ours.reset(seed=1), theirs.reset(seed=1)
     a, _, _ = play(ours, [UP, DOWN] * 150)
     b, _, _ = play(theirs, [0] * 300)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
 
 
@@ -90,8 +93,8 @@ def test_same_seed_same_match_different_seed_different_match():
     other = play(env, actions)[0]
     env.reset(seed=3)
     again = play(env, actions)[0]
-    assert all(np.array_equal(x, y) for x, y in zip(first, again))
-    assert not all(np.array_equal(x, y) for x, y in zip(first, other))
+    assert all(np.array_equal(x, y) for x, y in zip(first, again, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(first, other, strict=True))
 
 
 def test_pong_v0_has_random_frameskip_2_to_4():

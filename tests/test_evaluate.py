@@ -33,8 +33,9 @@ def play_json(*args, timeout=300):
 
 def test_play_scores_equal_the_episodes_played_directly(weights_file):
     path, weights = weights_file
-    report, stderr = play_json(str(path), "--episodes", "3", "--seed", "4", "--workers", "0",
-                               "--max-episode-steps", str(STEPS))
+    report, stderr = play_json(
+        str(path), "--episodes", "3", "--seed", "4", "--workers", "0", "--max-episode-steps", str(STEPS)
+    )
     env = make_env("ALE/Pong-v5", STEPS)
     direct = [play_episode(env, weights, EpisodeId(4, EVAL_STREAM, k), 0.99) for k in range(3)]
     assert report["scores"] == [e.score for e in direct]
@@ -77,14 +78,19 @@ class ActionSpy:
 def test_greedy_takes_the_likelier_action(weights_file, greedy):
     _, weights = weights_file
     env, p_up = ActionSpy(make_env("ALE/Pong-v5", 200)), []
-    play_match(env, weights, EpisodeId(0, EVAL_STREAM, 0), greedy=greedy,
-               observer=lambda _env, _idx, _vals, p, _up: p_up.append(p))
+    play_match(
+        env,
+        weights,
+        EpisodeId(0, EVAL_STREAM, 0),
+        greedy=greedy,
+        observer=lambda _env, _idx, _vals, p, _up: p_up.append(p),
+    )
     likelier = [UP if p > 0.5 else DOWN for p in p_up]
     assert len(env.actions) == len(p_up) == 200
     if greedy:
         assert env.actions == likelier
     else:  # sampling takes the less likely action now and then (p is near 0.5 here)
-        assert sum(a != b for a, b in zip(env.actions, likelier)) > 20
+        assert sum(a != b for a, b in zip(env.actions, likelier, strict=True)) > 20
 
 
 def test_run_directory_gives_its_newest_good_checkpoint(tmp_path):
@@ -129,25 +135,31 @@ def bad_files(tmp_path):
     return {"garbage": garbage, "wrong-shape": wrong, "missing": tmp_path / "nope.npz", "empty-dir": tmp_path / "d"}
 
 
-@pytest.mark.parametrize("case, words", [
-    ("garbage", ["garbage.npz"]),
-    ("wrong-shape", ["wrong.npz", "shape"]),
-    ("missing", ["nope.npz", "no such file"]),
-    ("empty-dir", ["no checkpoint"]),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("garbage", ["garbage.npz"]),
+        ("wrong-shape", ["wrong.npz", "shape"]),
+        ("missing", ["nope.npz", "no such file"]),
+        ("empty-dir", ["no checkpoint"]),
+    ],
+)
 def test_play_bad_files_exit_2(tmp_path, case, words):
     (tmp_path / "d").mkdir()
     proc = run_pgpong("play", str(bad_files(tmp_path)[case]), "--workers", "0", timeout=60)
     assert_one_line_error(proc, *words)
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--episodes", "0"], ["--episodes"]),
-    (["--workers", "-1"], ["--workers"]),
-    (["--seed", "-1"], ["--seed"]),
-    (["--max-episode-steps", "0"], ["--max-episode-steps"]),
-    (["--env-id", "Pong-v9"], ["Pong-v9"]),
-])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--episodes", "0"], ["--episodes"]),
+        (["--workers", "-1"], ["--workers"]),
+        (["--seed", "-1"], ["--seed"]),
+        (["--max-episode-steps", "0"], ["--max-episode-steps"]),
+        (["--env-id", "Pong-v9"], ["Pong-v9"]),
+    ],
+)
 def test_play_bad_flags_exit_2(weights_file, flags, words):
     proc = run_pgpong("play", str(weights_file[0]), "--workers", "0", *flags, timeout=60)
     assert_one_line_error(proc, *words)

@@ -34,9 +34,9 @@ def assert_same_weights(state, expected):
 
 @pytest.mark.slow
 def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_instance, reference):
-    pool = RayPool(SETTINGS and "ALE/Pong-v5", SETTINGS["max_episode_steps"], 0.99, 2)
+    pool = RayPool("ALE/Pong-v5", int(SETTINGS["max_episode_steps"]), 0.99, 2)
     victims = pool.call_all("ready")  # the workers' process ids
-    killed = []
+    killed: list[int] = []
 
     def kill_one_mid_batch():
         deadline = time.monotonic() + 60
@@ -70,8 +70,9 @@ def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
 
 def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):
     began = time.monotonic()
-    proc = run_pgpong("train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env={TEST_FAULT: "start"},
-                      timeout=120)
+    proc = run_pgpong(
+        "train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env={TEST_FAULT: "start"}, timeout=120
+    )
     assert time.monotonic() - began < 60
     assert proc.returncode == 1, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pgpong:")]
@@ -82,9 +83,22 @@ def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):
 def test_console_line_says_a_worker_was_replaced():
     from pgpong.runlog import BatchRow
 
-    row = BatchRow(batch=3, episodes=30, env_steps=9000, wall_s=9.0, batch_s=3.0, running_reward=-20.0,
-                   score_mean=-20.5, score_min=-21, score_max=-19, episode_len_mean=900.0, steps_per_s=3000.0,
-                   batch_episodes=10, workers=2, workers_replaced=1)
+    row = BatchRow(
+        batch=3,
+        episodes=30,
+        env_steps=9000,
+        wall_s=9.0,
+        batch_s=3.0,
+        running_reward=-20.0,
+        score_mean=-20.5,
+        score_min=-21,
+        score_max=-19,
+        episode_len_mean=900.0,
+        steps_per_s=3000.0,
+        batch_episodes=10,
+        workers=2,
+        workers_replaced=1,
+    )
     assert "1 worker(s) replaced after a crash" in row.console_line()
     assert "replaced" not in BatchRow(**{**row.__dict__, "workers_replaced": 0}).console_line()
 
@@ -93,8 +107,19 @@ def test_console_line_says_a_worker_was_replaced():
 def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
     run_dir = tmp_path / "run"
     began = time.monotonic()
-    proc = run_pgpong("train", "--batch-size", "2", "--max-episode-steps", "200", "--hidden", "16",
-                      "--run-dir", str(run_dir), env={TEST_FAULT: "crash:1"}, timeout=120)
+    proc = run_pgpong(
+        "train",
+        "--batch-size",
+        "2",
+        "--max-episode-steps",
+        "200",
+        "--hidden",
+        "16",
+        "--run-dir",
+        str(run_dir),
+        env={TEST_FAULT: "crash:1"},
+        timeout=120,
+    )
     assert time.monotonic() - began < 60 + 15  # 60 s for the failure, plus start-up
     assert proc.returncode == 1, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pgpong:")]
@@ -106,16 +131,34 @@ def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
 
 
 def cli_settings(run_dir, iterations=4):
-    return ["--seed", "3", "--batch-size", "4", "--hidden", "16", "--max-episode-steps", "500",
-            "--keep-checkpoints", "4", "--iterations", str(iterations), "--run-dir", str(run_dir)]
+    return [
+        "--seed",
+        "3",
+        "--batch-size",
+        "4",
+        "--hidden",
+        "16",
+        "--max-episode-steps",
+        "500",
+        "--keep-checkpoints",
+        "4",
+        "--iterations",
+        str(iterations),
+        "--run-dir",
+        str(run_dir),
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rows_before_kill, extra_delay", [(1, 0.0), (2, 0.35)])
 def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, reference, rows_before_kill, extra_delay):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*PGPONG, "train", *cli_settings(run_dir, 4)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [*PGPONG, "train", *cli_settings(run_dir, 4)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while len(read_progress(run_dir / "progress.csv")) < rows_before_kill:
@@ -228,9 +271,25 @@ def test_full_disk_is_refused_at_start(small_disk):
 
 def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(small_disk):
     run_dir = small_disk / "run"
-    proc = subprocess.Popen([*PGPONG, "train", "--hidden", "8", "--batch-size", "1", "--max-episode-steps", "100",
-                             "--workers", "0", "--run-dir", str(run_dir)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *PGPONG,
+            "train",
+            "--hidden",
+            "8",
+            "--batch-size",
+            "1",
+            "--max-episode-steps",
+            "100",
+            "--workers",
+            "0",
+            "--run-dir",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(read_progress(run_dir / "progress.csv")) < 2:
         assert proc.poll() is None and time.monotonic() < deadline

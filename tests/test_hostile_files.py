@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 import zlib
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,7 +60,8 @@ def bomb(path, inflated=256 * 2**20):
     crc = zlib.crc32(header)
     for _ in range(inflated // len(chunk)):
         crc = zlib.crc32(chunk, crc)
-    with zipfile.ZipFile(path, "w") as z:
+    with zipfile.ZipFile(path, "w") as archive:
+        z: Any = archive
         z.writestr("W2.npy", good_w2())
         # Write the deflated bytes as they are: ZipFile would compress them again.
         info.CRC, info.compress_size, info.file_size = crc, len(data), len(header) + inflated

@@ -5,14 +5,24 @@ output is not a terminal, a live line that redraws on a terminal."""
 import io
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from conftest import run_pgpong
 from pgpong.runlog import BatchRow, LiveProgress, RunLog, read_progress
 
-TAGS = ["charts/running_reward", "charts/episodic_return", "charts/episodic_return_min", "charts/episodic_return_max",
-        "charts/episodic_length", "charts/SPS", "time/batch_s", "time/rmsprop_step_s", "time/sum_gradients_s"]
+TAGS = [
+    "charts/running_reward",
+    "charts/episodic_return",
+    "charts/episodic_return_min",
+    "charts/episodic_return_max",
+    "charts/episodic_length",
+    "charts/SPS",
+    "time/batch_s",
+    "time/rmsprop_step_s",
+    "time/sum_gradients_s",
+]
 COMMON = ["--workers", "0", "--batch-size", "2", "--max-episode-steps", "120", "--hidden", "8"]
 
 
@@ -39,8 +49,12 @@ def test_tensorboard_one_value_per_batch_and_tag_across_a_replaying_resume(tmp_p
     steps = [int(r["env_steps"]) for r in rows]
     for tag in TAGS:
         assert [e.step for e in found[tag]] == steps, tag
-    assert [e.value for e in found["charts/running_reward"]] == pytest.approx([float(r["running_reward"]) for r in rows], abs=1e-4)
-    assert [e.value for e in found["charts/episodic_length"]] == pytest.approx([float(r["episode_len_mean"]) for r in rows], abs=1e-3)
+    assert [e.value for e in found["charts/running_reward"]] == pytest.approx(
+        [float(r["running_reward"]) for r in rows], abs=1e-4
+    )
+    assert [e.value for e in found["charts/episodic_length"]] == pytest.approx(
+        [float(r["episode_len_mean"]) for r in rows], abs=1e-3
+    )
     assert len(acc.Tensors("settings/text_summary")) == 1  # the settings, once
 
 
@@ -49,7 +63,9 @@ def test_off_a_terminal_train_prints_exactly_the_plain_lines(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"pgpong: new run in .*: ALE/Pong-v5, batch 2, on this process \(no Ray\)", lines[0])
-    batch_line = r"batch +\d+ \| 2 episodes in +[\d.]+ s \| running reward +-?[\d.]+ \| score +-?[\d.]+ \| +[\d,]+ steps/s"
+    batch_line = (
+        r"batch +\d+ \| 2 episodes in +[\d.]+ s \| running reward +-?[\d.]+ \| score +-?[\d.]+ \| +[\d,]+ steps/s"
+    )
     assert [bool(re.fullmatch(batch_line, line)) for line in lines[1:4]] == [True] * 3, lines
     assert lines[4].startswith("pgpong: done after 3 batches") and len(lines) == 5
     assert "\r" not in proc.stdout and "\x1b" not in proc.stdout and proc.stderr == ""
@@ -67,7 +83,7 @@ def test_live_line_on_a_terminal_then_the_permanent_line(monkeypatch):
     log.outputs = [o for o in log.outputs if type(o).__name__ != "ProgressCsv"]  # no file here
     log.begin_batch(7, 4, -20.5)
     log.episode(3, 3000, -20.25)
-    live = log.outputs[0]
+    live = cast(LiveProgress, log.outputs[0])
     assert live.line._live is not None
     live.line._live.refresh()
     row = BatchRow(7, 28, 9000, 10.0, 1.5, -20.1, -20.0, -21, -19, 1000.0, 6000.0, 4, 2, 0)

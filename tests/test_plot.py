@@ -18,14 +18,36 @@ def fake_run(folder, batches=30, seed=0):
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     with open(folder / "progress.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, ["batch", "episodes", "env_steps", "wall_s", "running_reward", "score_mean",
-                                    "score_min", "score_max", "steps_per_s"])
+        writer = csv.DictWriter(
+            f,
+            [
+                "batch",
+                "episodes",
+                "env_steps",
+                "wall_s",
+                "running_reward",
+                "score_mean",
+                "score_min",
+                "score_max",
+                "steps_per_s",
+            ],
+        )
         writer.writeheader()
         for b in range(1, batches + 1):
             mean = -20 + 15 * b / batches + rng.normal()
-            writer.writerow({"batch": b, "episodes": 10 * b, "env_steps": 11_000 * b, "wall_s": 1.3 * b,
-                             "running_reward": -20 + 14 * b / batches, "score_mean": mean, "score_min": mean - 3,
-                             "score_max": mean + 3, "steps_per_s": 8000 + 300 * rng.normal()})
+            writer.writerow(
+                {
+                    "batch": b,
+                    "episodes": 10 * b,
+                    "env_steps": 11_000 * b,
+                    "wall_s": 1.3 * b,
+                    "running_reward": -20 + 14 * b / batches,
+                    "score_mean": mean,
+                    "score_min": mean - 3,
+                    "score_max": mean + 3,
+                    "steps_per_s": 8000 + 300 * rng.normal(),
+                }
+            )
     return folder
 
 
@@ -73,11 +95,14 @@ def test_a_cut_last_line_is_dropped_and_garbage_refused(tmp_path):
     assert set(NEEDED) <= set(lines[0].split(","))
 
 
-@pytest.mark.parametrize("case, words", [
-    ("no-progress", ["no progress.csv"]),
-    ("missing-dir", ["does not exist"]),
-    ("bad-extension", ["unknown extension"]),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("no-progress", ["no progress.csv"]),
+        ("missing-dir", ["does not exist"]),
+        ("bad-extension", ["unknown extension"]),
+    ],
+)
 def test_plot_bad_input_exits_2_and_writes_nothing(tmp_path, case, words):
     run = fake_run(tmp_path / "run")
     empty = tmp_path / "empty"

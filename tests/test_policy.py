@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pgpong.policy import Params, RMSProp, backward, forward, forward_dense, inputs_matrix
 from pgpong.frames import D
+from pgpong.policy import Params, RMSProp, backward, forward, forward_dense, inputs_matrix
 
 
 def small_episode(rng, steps=9, inputs=12, hidden=5):

@@ -6,7 +6,6 @@ instance may run on the machine meanwhile: tests run one at a time)."""
 
 import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -96,8 +95,11 @@ def token_head(tmp_path_factory):
         env.pop(key, None)
     port, dashboard = free_port(), free_port()
     try:
-        proc = run(f"{BIN / 'ray'} get-auth-token --generate > /dev/null && {BIN / 'ray'} start --head --port {port} "
-                   f"--num-cpus 2 --dashboard-port {dashboard}", env)
+        proc = run(
+            f"{BIN / 'ray'} get-auth-token --generate > /dev/null && {BIN / 'ray'} start --head --port {port} "
+            f"--num-cpus 2 --dashboard-port {dashboard}",
+            env,
+        )
         assert proc.returncode == 0, proc.stderr
         yield env, port, dashboard
     finally:
@@ -111,10 +113,16 @@ def test_missing_or_wrong_token_is_refused_at_once(token_head, tmp_path, token):
     if token:
         driver_env["RAY_AUTH_TOKEN"] = token
     # The subprocess timeout is the hang guard: pgpong promises an answer within 15 s.
-    proc = run(f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --run-dir {tmp_path / 'r'}", driver_env, timeout=30)
+    proc = run(
+        f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --run-dir {tmp_path / 'r'}",
+        driver_env,
+        timeout=30,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    expected = "requires an authentication token" if token is None else "refused the authentication token from RAY_AUTH_TOKEN"
+    expected = (
+        "requires an authentication token" if token is None else "refused the authentication token from RAY_AUTH_TOKEN"
+    )
     assert expected in lines[0] and "auth_token" in lines[0]
     assert not (tmp_path / "r").exists()
 
@@ -122,11 +130,17 @@ def test_missing_or_wrong_token_is_refused_at_once(token_head, tmp_path, token):
 def test_ray_job_trains_and_its_logs_show_the_batches(token_head, tmp_path):
     env, _, dashboard = token_head
     command = readme_block("ray-job")[0]
-    assert command.startswith("RAY_AUTH_MODE=token ray job submit --address http://HEAD_IP:8265 --working-dir . -- pgpong train")
+    assert command.startswith(
+        "RAY_AUTH_MODE=token ray job submit --address http://HEAD_IP:8265 --working-dir . -- pgpong train"
+    )
     run_dir = tmp_path / "job-run"
-    command = (command.replace("HEAD_IP:8265", f"127.0.0.1:{dashboard}").replace("/abs/path/runs/pong-job", str(run_dir))
-               + " --iterations 2 --batch-size 2 --max-episode-steps 100")
-    command = command.replace(" ray job", f" {BIN / 'ray'} job").replace("-- pgpong train", f"-- {sys.executable} -m pgpong train")
+    command = (
+        command.replace("HEAD_IP:8265", f"127.0.0.1:{dashboard}").replace("/abs/path/runs/pong-job", str(run_dir))
+        + " --iterations 2 --batch-size 2 --max-episode-steps 100"
+    )
+    command = command.replace(" ray job", f" {BIN / 'ray'} job").replace(
+        "-- pgpong train", f"-- {sys.executable} -m pgpong train"
+    )
     proc = run(command, env, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout + proc.stderr
@@ -138,11 +152,17 @@ def test_ray_job_trains_and_its_logs_show_the_batches(token_head, tmp_path):
 def test_a_cluster_without_authentication_takes_a_driver_that_has_a_token(ray_home, tmp_path):
     home, env = ray_home
     port = free_port()
-    proc = run(f"RAY_AUTH_MODE=disabled {BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env)
+    proc = run(
+        f"RAY_AUTH_MODE=disabled {BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env
+    )
     assert proc.returncode == 0, proc.stderr
     (home / ".ray").mkdir(exist_ok=True)
     (home / ".ray" / "auth_token").write_text("a-token-this-cluster-does-not-ask-for")
-    proc = run(f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --iterations 1 --batch-size 1 "
-               f"--max-episode-steps 50 --run-dir {tmp_path / 'r'}", env, timeout=180)
+    proc = run(
+        f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --iterations 1 --batch-size 1 "
+        f"--max-episode-steps 50 --run-dir {tmp_path / 'r'}",
+        env,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(read_progress(tmp_path / "r" / "progress.csv")) == 1

@@ -1,6 +1,8 @@
 """Recordings read back: frame count, size and rate of MP4 and GIF files, frames that
 differ, numbered files, the GIF size limit, atomic writes and refused outputs."""
 
+from typing import Any, cast
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -27,14 +29,14 @@ def agent(tmp_path_factory):
 def read_mp4(path):
     import imageio.v2 as imageio
 
-    with imageio.get_reader(path, format="FFMPEG") as reader:
+    with cast(Any, imageio.get_reader(path, format="FFMPEG")) as reader:
         meta = reader.get_meta_data()
         frames = [frame for frame in reader]
     return meta, frames
 
 
 def read_gif(path):
-    with Image.open(path) as image:
+    with cast(Any, Image.open(path)) as image:
         frames, durations = [], []
         for k in range(image.n_frames):
             image.seek(k)
@@ -44,15 +46,16 @@ def read_gif(path):
 
 
 def assert_frames_differ(frames):
-    changed = sum(not np.array_equal(a, b) for a, b in zip(frames, frames[1:]))
+    changed = sum(not np.array_equal(a, b) for a, b in zip(frames[:-1], frames[1:], strict=True))
     assert changed >= len(frames) // 2  # the ball, the paddles, the panel and the bar move
     assert frames[0].std() > 10  # not a blank picture
 
 
 def test_mp4_read_back(tmp_path, agent):
     out = tmp_path / "match.mp4"
-    proc = run_pgpong("play", str(agent), "--episodes", "1", "--workers", "0", "--max-episode-steps", str(STEPS),
-                      "--record", str(out))
+    proc = run_pgpong(
+        "play", str(agent), "--episodes", "1", "--workers", "0", "--max-episode-steps", str(STEPS), "--record", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"{STEPS} frames" in proc.stdout
     meta, frames = read_mp4(out)
@@ -66,8 +69,22 @@ def test_mp4_read_back(tmp_path, agent):
 
 def test_gif_read_back_with_chosen_fps_and_numbered_files(tmp_path, agent):
     out = tmp_path / "match.gif"
-    proc = run_pgpong("play", str(agent), "--episodes", "2", "--workers", "0", "--max-episode-steps", str(STEPS),
-                      "--record", str(out), "--record-episodes", "2", "--fps", "25")
+    proc = run_pgpong(
+        "play",
+        str(agent),
+        "--episodes",
+        "2",
+        "--workers",
+        "0",
+        "--max-episode-steps",
+        str(STEPS),
+        "--record",
+        str(out),
+        "--record-episodes",
+        "2",
+        "--fps",
+        "25",
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["match-1.gif", "match-2.gif"]
     first, durations = read_gif(tmp_path / "match-1.gif")
@@ -77,7 +94,7 @@ def test_gif_read_back_with_chosen_fps_and_numbered_files(tmp_path, agent):
     width, height = record.Layout(2).size
     assert first[0].shape == (height, width, 3)
     assert_frames_differ(first)
-    assert any(not np.array_equal(a, b) for a, b in zip(first, second))  # two different matches
+    assert any(not np.array_equal(a, b) for a, b in zip(first, second, strict=True))  # two different matches
 
 
 def test_recorded_frames_show_the_screen_and_the_difference(agent):
@@ -90,7 +107,14 @@ def test_recorded_frames_show_the_screen_and_the_difference(agent):
     shown = []
 
     def observe(env, indices, values, p_up, up):
-        shown.append((env.unwrapped.rgb(), indices.copy(), values.copy(), drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)))
+        shown.append(
+            (
+                env.unwrapped.rgb(),
+                indices.copy(),
+                values.copy(),
+                drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up),
+            )
+        )
 
     play_match(make_env("ALE/Pong-v5", 30), weights, match_ids(0, 1)[0], observer=observe)
     lay = drawer.layout
@@ -107,8 +131,8 @@ def test_recorded_frames_show_the_screen_and_the_difference(agent):
 
 
 def test_default_rate_is_real_speed():
-    assert record.EMULATOR_FPS / make_env("Pong-v0", 10).unwrapped.frames_per_step() == 20  # frameskip 2..4
-    assert record.EMULATOR_FPS / make_env("PongNoFrameskip-v4", 10).unwrapped.frames_per_step() == 60
+    assert record.EMULATOR_FPS / cast(Any, make_env("Pong-v0", 10).unwrapped).frames_per_step() == 20  # frameskip 2..4
+    assert record.EMULATOR_FPS / cast(Any, make_env("PongNoFrameskip-v4", 10).unwrapped).frames_per_step() == 60
     assert record.gif_frame_ms(15) == 70
 
 
@@ -132,12 +156,17 @@ def test_interrupted_recording_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name, words", [
-    ("match.avi", ["match.avi", "unknown extension", ".mp4"]),
-    ("missing/match.mp4", ["does not exist"]),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("match.avi", ["match.avi", "unknown extension", ".mp4"]),
+        ("missing/match.mp4", ["does not exist"]),
+    ],
+)
 def test_bad_outputs_exit_2_and_write_nothing(tmp_path, agent, name, words):
-    proc = run_pgpong("play", str(agent), "--workers", "0", "--max-episode-steps", "20", "--record", str(tmp_path / name))
+    proc = run_pgpong(
+        "play", str(agent), "--workers", "0", "--max-episode-steps", "20", "--record", str(tmp_path / name)
+    )
     assert_one_line_error(proc, *words)
     assert list(tmp_path.iterdir()) == []
 

@@ -65,7 +65,9 @@ def test_sparse_float32_episode_matches_dense_float64_reference(weights, chunk, 
     if chunk:
         monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", chunk)
     episode = EpisodeId(2, 1, 0)
-    dW1, dW2, score, steps = play_episode_dense(SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA)
+    dW1, dW2, score, steps = play_episode_dense(
+        SeededAtari("ALE/Pong-v5", 500, observation="rgb"), weights, episode, GAMMA
+    )
     result = play_episode(make_env("ALE/Pong-v5", 500), weights, episode, GAMMA)
     assert (result.score, result.steps) == (score, steps)
     scale = np.abs(dW1).max()

@@ -5,12 +5,12 @@ import io
 import numpy as np
 import pytest
 
+from conftest import train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import EpisodeGradient
 from pgpong.rollout import EpisodeResult
 from pgpong.runlog import RunLog, read_progress
 from pgpong.trainer import Trainer, create_run_files, open_run
-from conftest import train_in_process
 
 SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
 TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers", "barrier_s"}
@@ -73,9 +73,15 @@ def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
 class ScriptedPool:
     """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
 
-    num_workers = 0
     replaced = 0
-    last_batch = {}
+    last_batch: dict[str, float] = {}
+
+    @property
+    def num_workers(self):
+        return 0
+
+    def nodes(self):
+        return 1
 
     def __init__(self, scores):
         self.scores = iter(scores)
@@ -84,6 +90,9 @@ class ScriptedPool:
         for episode in episodes:
             empty = EpisodeGradient(np.zeros(0, np.intp), np.zeros((weights.hidden, 0), np.float32), weights.W2 * 0)
             yield EpisodeResult(episode, empty, next(self.scores), steps=100, seconds=0.1)
+
+    def evaluate(self, weights, matches, greedy=False):
+        raise NotImplementedError
 
     def close(self):
         pass
@@ -116,8 +125,9 @@ class PoisonedPool(ScriptedPool):
     def play_batch(self, weights, episodes):
         for result in super().play_batch(weights, episodes):
             if result.episode.batch >= self.from_batch:
-                result.grad = EpisodeGradient(np.array([5], np.intp), np.full((weights.hidden, 1), np.nan, np.float32),
-                                              weights.W2 * 0)
+                result.grad = EpisodeGradient(
+                    np.array([5], np.intp), np.full((weights.hidden, 1), np.nan, np.float32), weights.W2 * 0
+                )
             yield result
 
 
@@ -126,7 +136,9 @@ def test_non_finite_gradient_stops_the_run_before_anything_is_written(tmp_path):
 
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
     create_run_files(run, {})
-    trainer = Trainer(run.config, run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO()))
+    trainer = Trainer(
+        run.config, run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO())
+    )
     with pytest.raises(TrainingDiverged, match="batch 2: the batch's summed gradient became NaN.*learning rate"):
         trainer.train()
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
@@ -148,12 +160,15 @@ def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):
     assert data["config"]["iterations"] == 3
 
 
-@pytest.mark.parametrize("text, words", [
-    ("{not json", "cannot read"),
-    ('{"config": {"hidden": "many"}}', "--hidden"),
-    ('{"config": [1, 2]}', 'no "config" object'),
-    ('[1, 2, 3]', "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("{not json", "cannot read"),
+        ('{"config": {"hidden": "many"}}', "--hidden"),
+        ('{"config": [1, 2]}', 'no "config" object'),
+        ("[1, 2, 3]", "not a JSON object"),
+    ],
+)
 def test_damaged_config_json_is_refused(tmp_path, text, words):
     from pgpong.config import ConfigError
 

@@ -5,13 +5,12 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
+from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.cluster import ClusterError, check_address
 from pgpong.workers import LocalPool, RayPool
-
-import pytest
 
 BLAS_PROBE = textwrap.dedent(
     """
@@ -29,8 +28,13 @@ BLAS_PROBE = textwrap.dedent(
 
 def test_workers_use_one_blas_thread_whatever_the_driver_environment():
     many = {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "RAY_AUTH_MODE": "token"}
-    proc = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, **many})
+    proc = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, **many},
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -42,7 +46,6 @@ def test_workers_use_one_blas_thread_whatever_the_driver_environment():
 
 
 def test_local_pool_pins_one_thread_and_restores():
-    from threadpoolctl import threadpool_info
 
     pool = LocalPool("ALE/Pong-v5", 10, 0.99)
     try:
@@ -64,7 +67,7 @@ def test_ray_pool_yields_in_episode_order(ray_instance):
     local = LocalPool("ALE/Pong-v5", 120, 0.99)
     expected = list(local.play_batch(weights, episodes))
     local.close()
-    for a, b in zip(results, expected):
+    for a, b in zip(results, expected, strict=True):
         np.testing.assert_array_equal(a.grad.W1_columns, b.grad.W1_columns)
         np.testing.assert_array_equal(a.grad.columns, b.grad.columns)
 

@@ -4,6 +4,7 @@ batch sizes, and memory; in one run."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -11,17 +12,18 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
+from pgpong.cluster import cluster_cpus, start_ray, stop_ray
 from pgpong.config import ConfigError, TrainConfig
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import LiveLine, RunLog
 from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
-from pgpong.cluster import cluster_cpus, start_ray, stop_ray
-from pgpong.workers import START_SECONDS, STALL_SECONDS, RayPool, RolloutWorker
+from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker
 
 PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
@@ -44,7 +46,7 @@ class BenchOptions:
 
 
 def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, Any]:
-    stage = {"text": "starting Ray", "began": time.monotonic()}
+    stage: dict[str, Any] = {"text": "starting Ray", "began": time.monotonic()}
     live = LiveLine(lambda: f"bench: {stage['text']} | {time.monotonic() - stage['began']:5.1f} s", progress)
 
     def say(text: str) -> None:  # a plain line per stage, and on a terminal the stage's elapsed time
@@ -64,7 +66,10 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
             say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
             report["ceiling"] = _ceiling(pool, opts.ceiling_seconds)
-            say(f"original: {workers} worker(s) playing the original dense float64 algorithm for {opts.original_seconds:g} s")
+            say(
+                f"original: {workers} worker(s) playing the original dense float64 algorithm "
+                f"for {opts.original_seconds:g} s"
+            )
             report["original"] = _original(pool, opts)
             say(f"training: batch 10, 1 warm-up + {opts.train_batches} batches")
             reports = _train(pool, opts, batch_size=10, batches=opts.train_batches)
@@ -75,7 +80,12 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
                 say(f"seconds per update: batch {size}, 1 warm-up + {opts.update_batches} batches")
                 times = [r.row.batch_s for r in _train(pool, opts, batch_size=size, batches=opts.update_batches)]
                 report["updates"].append(
-                    {"batch_size": size, "workers": workers, "seconds_median": statistics.median(times), "seconds": times}
+                    {
+                        "batch_size": size,
+                        "workers": workers,
+                        "seconds_median": statistics.median(times),
+                        "seconds": times,
+                    }
                 )
         finally:
             pool.close()
@@ -119,16 +129,23 @@ def _original(pool: RayPool, opts: BenchOptions) -> dict[str, float]:
 
 def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> list[BatchReport]:
     """The real trainer (checkpoints included) in a scratch run directory; warm-up dropped."""
-    settings = {"env_id": opts.env_id, "batch_size": batch_size, "seed": opts.seed,
-                "max_episode_steps": opts.max_episode_steps, "keep_checkpoints": 1}
+    settings = {
+        "env_id": opts.env_id,
+        "batch_size": batch_size,
+        "seed": opts.seed,
+        "max_episode_steps": opts.max_episode_steps,
+        "keep_checkpoints": 1,
+    }
     with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
         run = open_run(Path(scratch) / "run", settings)
         create_run_files(run, {"bench": True})
-        trainer = Trainer(run.config, run, pool, RunLog(run.progress_path, out=open(os.devnull, "w")))
+        trainer = Trainer(run.config, run, pool, RunLog(run.progress_path, out=io.StringIO()))
         return [trainer.train_batch() for _ in range(batches + 1)][1:]
 
 
-def _training_figures(reports: list[BatchReport], ceiling: dict[str, float], original: dict[str, float]) -> dict[str, float]:
+def _training_figures(
+    reports: list[BatchReport], ceiling: dict[str, float], original: dict[str, float]
+) -> dict[str, float]:
     per_batch = [r.row.steps_per_s for r in reports]
     steps = sum(_batch_steps(r) for r in reports)
     seconds = sum(r.row.batch_s for r in reports)
@@ -156,7 +173,10 @@ def _where_time_goes(reports: list[BatchReport]) -> dict[str, dict[str, float]]:
     per_batch = {name: statistics.mean(r.phases.get(name, 0.0) for r in reports) for name in PER_BATCH}
     return {
         "worker_us_per_step": {name: 1e6 * total(name) / steps for name in PER_STEP},
-        "worker_ms_per_episode": {"reset": 1e3 * total("reset") / episodes, "backward": 1e3 * total("backward") / episodes},
+        "worker_ms_per_episode": {
+            "reset": 1e3 * total("reset") / episodes,
+            "backward": 1e3 * total("backward") / episodes,
+        },
         "driver_ms_per_batch": {name: 1e3 * s for name, s in per_batch.items()},
         "driver_share_of_batch": {name: s / batch_s for name, s in per_batch.items()},
     }
@@ -169,7 +189,7 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     steps = sum(_batch_steps(r) for r in reports)
     record_bytes = sum(r.worker_time.get("record_bytes", 0) for r in reports)
     probe_class = ray.remote(num_cpus=1)(RolloutWorker)
-    probe = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
+    probe: Any = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
     try:
         before = ray.get(probe.peak_rss.remote(), timeout=START_SECONDS)
         episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))
@@ -223,7 +243,8 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         "| memory | |",
         "| --- | ---: |",
-        f"| episode record | {m['record_bytes_per_step']:,.0f} bytes/step (the original: {m['original_bytes_per_step']:,}) |",
+        f"| episode record | {m['record_bytes_per_step']:,.0f} bytes/step"
+        f" (the original: {m['original_bytes_per_step']:,}) |",
         f"| worker peak RSS, {m['long_episode_steps']:,}-step episode | {m['worker_peak_rss_bytes'] / 2**20:,.0f} MB"
         f" (before it: {m['worker_rss_before_bytes'] / 2**20:,.0f} MB) |",
     ]

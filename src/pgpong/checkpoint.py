@@ -84,7 +84,8 @@ def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Pat
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
+            members: dict[str, Any] = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays}
+            np.savez(f, **members)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -217,7 +218,9 @@ def _checked_members(path: Path, archive: zipfile.ZipFile) -> dict[str, tuple[zi
                 else:
                     shape, fortran, dtype = np.lib.format.read_array_header_2_0(member, max_header_size=10_000)
             except (ValueError, EOFError, zipfile.BadZipFile) as exc:
-                raise CheckpointError(f"{path}: member {info.filename} has no valid .npy header ({_one_line(exc)})") from None
+                raise CheckpointError(
+                    f"{path}: member {info.filename} has no valid .npy header ({_one_line(exc)})"
+                ) from None
             offset = member.tell()
         _check_member(path, name, shape, dtype)
         expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize

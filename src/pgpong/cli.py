@@ -9,8 +9,9 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn
 
 from pgpong import __version__
 from pgpong.config import ConfigError, settings
@@ -28,7 +29,11 @@ Python has imported numpy has no effect; pgpong does it for you.
 """
 
 
-SHOWN_DEFAULTS = {"iterations": "no limit", "workers": "the CPUs of the Ray cluster", "max_episode_steps": "full matches"}
+SHOWN_DEFAULTS = {
+    "iterations": "no limit",
+    "workers": "the CPUs of the Ray cluster",
+    "max_episode_steps": "full matches",
+}
 METAVARS = {"env_id": "ID", "learning_rate": "RATE", "gamma": "GAMMA", "decay_rate": "RATE"}
 
 
@@ -42,7 +47,7 @@ _terminated = False
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -73,22 +78,46 @@ def build_parser() -> argparse.ArgumentParser:
         description="Draw the running reward and each batch's mean score (with its min-max band) "
         "of one or more runs, and their env steps per second, from their progress.csv.",
     )
-    plot.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (several are overlaid)")
-    plot.add_argument("--output", type=Path, default=None, metavar="FILE",
-                      help="the PNG to write (default: RUN_DIR/learning.png for one run; required for several)")
-    plot.add_argument("--x", choices=("episodes", "steps", "hours"), default="episodes",
-                      help="horizontal axis: episodes, env steps or training hours (default: episodes)")
+    plot.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (several are overlaid)"
+    )
+    plot.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the PNG to write (default: RUN_DIR/learning.png for one run; required for several)",
+    )
+    plot.add_argument(
+        "--x",
+        choices=("episodes", "steps", "hours"),
+        default="episodes",
+        help="horizontal axis: episodes, env steps or training hours (default: episodes)",
+    )
     weights = sub.add_parser(
         "weights",
         help="draw what each hidden unit of W1 looks at (PNG)",
         description="Draw every hidden unit's row of W1 as an 80x80 image, in a grid, with one "
         "diverging colour map centred on 0 (the picture from 'Pong from Pixels').",
     )
-    weights.add_argument("checkpoint", nargs="?", type=Path, default=None, metavar="CHECKPOINT",
-                         help="a checkpoint file, a run directory or a .npz with W1 and W2 (default: the shipped agent)")
-    weights.add_argument("--output", type=Path, default=None, metavar="FILE",
-                         help="the PNG to write (default: RUN_DIR/weights.png for a run directory, else weights.png)")
-    weights.add_argument("--units", type=int, default=None, metavar="N", help="draw only the first N hidden units (default: all)")
+    weights.add_argument(
+        "checkpoint",
+        nargs="?",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="a checkpoint file, a run directory or a .npz with W1 and W2 (default: the shipped agent)",
+    )
+    weights.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the PNG to write (default: RUN_DIR/weights.png for a run directory, else weights.png)",
+    )
+    weights.add_argument(
+        "--units", type=int, default=None, metavar="N", help="draw only the first N hidden units (default: all)"
+    )
     bench = sub.add_parser(
         "bench",
         help="measure training speed against the environment's own ceiling",
@@ -105,46 +134,118 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from pgpong.bench import BenchOptions
 
     d = BenchOptions()
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="Ray workers (default: the CPUs of the Ray cluster)")
+    p.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="Ray workers (default: the CPUs of the Ray cluster)"
+    )
     p.add_argument("--env-id", default=d.env_id, metavar="ID", help=f"environment id (default: {d.env_id})")
-    p.add_argument("--batch-sizes", type=_int_list, default=d.batch_sizes, metavar="LIST",
-                   help="batch sizes of the seconds-per-update table (default: 1,10,60)")
-    p.add_argument("--train-batches", type=int, default=d.train_batches, metavar="N",
-                   help=f"batches of 10 measured for throughput, after a warm-up batch (default: {d.train_batches})")
-    p.add_argument("--update-batches", type=int, default=d.update_batches, metavar="N",
-                   help=f"batches timed per batch size, after a warm-up batch (default: {d.update_batches})")
-    p.add_argument("--ceiling-seconds", type=float, default=d.ceiling_seconds, metavar="S",
-                   help=f"seconds of random play for the ceiling (default: {d.ceiling_seconds:g})")
-    p.add_argument("--original-seconds", type=float, default=d.original_seconds, metavar="S",
-                   help=f"seconds the original dense algorithm plays, for comparison (default: {d.original_seconds:g})")
-    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut episodes short (default: full matches)")
-    p.add_argument("--memory-steps", type=int, default=d.memory_steps, metavar="N",
-                   help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})")
+    p.add_argument(
+        "--batch-sizes",
+        type=_int_list,
+        default=d.batch_sizes,
+        metavar="LIST",
+        help="batch sizes of the seconds-per-update table (default: 1,10,60)",
+    )
+    p.add_argument(
+        "--train-batches",
+        type=int,
+        default=d.train_batches,
+        metavar="N",
+        help=f"batches of 10 measured for throughput, after a warm-up batch (default: {d.train_batches})",
+    )
+    p.add_argument(
+        "--update-batches",
+        type=int,
+        default=d.update_batches,
+        metavar="N",
+        help=f"batches timed per batch size, after a warm-up batch (default: {d.update_batches})",
+    )
+    p.add_argument(
+        "--ceiling-seconds",
+        type=float,
+        default=d.ceiling_seconds,
+        metavar="S",
+        help=f"seconds of random play for the ceiling (default: {d.ceiling_seconds:g})",
+    )
+    p.add_argument(
+        "--original-seconds",
+        type=float,
+        default=d.original_seconds,
+        metavar="S",
+        help=f"seconds the original dense algorithm plays, for comparison (default: {d.original_seconds:g})",
+    )
+    p.add_argument(
+        "--max-episode-steps", type=int, default=None, metavar="N", help="cut episodes short (default: full matches)"
+    )
+    p.add_argument(
+        "--memory-steps",
+        type=int,
+        default=d.memory_steps,
+        metavar="N",
+        help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})",
+    )
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
 def _add_play_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", nargs="?", type=Path, default=None, metavar="CHECKPOINT",
-                   help="a checkpoint file, a run directory (its newest good checkpoint), or any .npz "
-                   "with W1 (H, 6400) and W2 (H,) (default: the agent shipped with pgpong)")
+    p.add_argument(
+        "checkpoint",
+        nargs="?",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="a checkpoint file, a run directory (its newest good checkpoint), or any .npz "
+        "with W1 (H, 6400) and W2 (H,) (default: the agent shipped with pgpong)",
+    )
     p.add_argument("--episodes", type=int, default=10, metavar="N", help="matches to play (default: 10)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="Ray workers; 0 = play in this process, without Ray (default: the CPUs of the Ray cluster)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Ray workers; 0 = play in this process, without Ray (default: the CPUs of the Ray cluster)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="N", help="match k is seeded from (seed, k) (default: 0)")
-    p.add_argument("--env-id", default=None, metavar="ID",
-                   help="environment id (default: the one the checkpoint was trained on, else ALE/Pong-v5)")
+    p.add_argument(
+        "--env-id",
+        default=None,
+        metavar="ID",
+        help="environment id (default: the one the checkpoint was trained on, else ALE/Pong-v5)",
+    )
     p.add_argument("--greedy", action="store_true", help="take the likelier action instead of sampling it")
-    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut matches after N steps (default: full matches)")
+    p.add_argument(
+        "--max-episode-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut matches after N steps (default: full matches)",
+    )
     p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (match lines go to stderr)")
-    p.add_argument("--record", type=Path, default=None, metavar="FILE",
-                   help="record the first match to FILE (.mp4 or .gif): the game, and beside it the "
-                   "difference frame the network sees and its probability of moving up")
-    p.add_argument("--record-episodes", type=int, default=1, metavar="K",
-                   help="record the first K matches, one file each (FILE-1.mp4, ...) (default: 1)")
-    p.add_argument("--fps", type=float, default=None, metavar="F",
-                   help="frames per second of the recording (default: real speed, 60 / the frameskip)")
+    p.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object (match lines go to stderr)"
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="record the first match to FILE (.mp4 or .gif): the game, and beside it the "
+        "difference frame the network sees and its probability of moving up",
+    )
+    p.add_argument(
+        "--record-episodes",
+        type=int,
+        default=1,
+        metavar="K",
+        help="record the first K matches, one file each (FILE-1.mp4, ...) (default: 1)",
+    )
+    p.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        metavar="F",
+        help="frames per second of the recording (default: real speed, 60 / the frameskip)",
+    )
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -169,9 +270,25 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
             metavar=METAVARS.get(f.name, "N"),
             help=f"{f.metadata['help']} (default: {default})",
         )
-    p.add_argument("--run-dir", type=Path, default=None, metavar="DIR", help="run directory (default: runs/<env>__<seed>__<time>); an existing run is resumed")
-    p.add_argument("--resume-from", type=Path, default=None, metavar="FILE", help="resume from this checkpoint instead of the newest good one")
-    p.add_argument("--address", default=None, help="address HOST:PORT of an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run directory (default: runs/<env>__<seed>__<time>); an existing run is resumed",
+    )
+    p.add_argument(
+        "--resume-from",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="resume from this checkpoint instead of the newest good one",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="address HOST:PORT of an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray instance)",
+    )
     p.add_argument("--redis-address", dest="redis_address", default=None, help=argparse.SUPPRESS)
 
 
@@ -226,8 +343,10 @@ def _fail(message: str, status: int) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
+    from pgpong.cluster import ClusterError, stop_ray
     from pgpong.config import TrainConfig
     from pgpong.envs import check_env_id
+    from pgpong.runlog import LiveProgress, RunLog, TensorBoard
     from pgpong.trainer import (
         RunWriteError,
         Trainer,
@@ -237,8 +356,6 @@ def train(args: argparse.Namespace) -> int:
         default_run_dir,
         open_run,
     )
-    from pgpong.runlog import LiveProgress, RunLog, TensorBoard
-    from pgpong.cluster import ClusterError, stop_ray
     from pgpong.workers import PoolError, open_pool
 
     given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
@@ -247,28 +364,39 @@ def train(args: argparse.Namespace) -> int:
         print("pgpong: note: --redis-address is the old name of --address", file=sys.stderr)
 
     # Everything is checked before anything is written.
-    probe = TrainConfig(**given).validate() if args.run_dir is None else None
-    run_dir = args.run_dir or default_run_dir(probe)
+    run_dir = args.run_dir or default_run_dir(TrainConfig(**given).validate())
     run = open_run(run_dir, given, args.resume_from)
     config = run.config
     check_env_id(config.env_id)
     if run.resumed and config.iterations is not None and run.state.batch >= config.iterations:
         more = max(2 * run.state.batch, run.state.batch + 1)
-        print(f"pgpong: {run_dir} already has its {run.state.batch} batches (--iterations {config.iterations}); "
-              f"to train on, ask for more: {_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))} "
-              f"--iterations {more}", flush=True)
+        print(
+            f"pgpong: {run_dir} already has its {run.state.batch} batches (--iterations {config.iterations}); "
+            f"to train on, ask for more: {_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))} "
+            f"--iterations {more}",
+            flush=True,
+        )
         return 0
     check_run_dir_writable(run)
     if config.workers == 0 and address is not None:
-        print(f"pgpong: note: --workers 0 plays in this process, without Ray: the Ray address {address} is not used",
-              file=sys.stderr, flush=True)
+        print(
+            f"pgpong: note: --workers 0 plays in this process, without Ray: the Ray address {address} is not used",
+            file=sys.stderr,
+            flush=True,
+        )
         address = None
 
     pool = None
     log = RunLog(run.progress_path, outputs=[LiveProgress(sys.stdout)])
     try:
-        pool = open_pool(config.env_id, config.max_episode_steps, config.gamma, config.workers, address,
-                         note=lambda text: print(f"pgpong: note: {text}", file=sys.stderr, flush=True))
+        pool = open_pool(
+            config.env_id,
+            config.max_episode_steps,
+            config.gamma,
+            config.workers,
+            address,
+            note=lambda text: print(f"pgpong: note: {text}", file=sys.stderr, flush=True),
+        )
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
         if config.workers and pool.num_workers != config.workers:  # config.json records what runs
             run.config = config = dataclasses.replace(config, workers=pool.num_workers)
@@ -276,11 +404,13 @@ def train(args: argparse.Namespace) -> int:
         log.outputs.append(TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict()))
         for message in run.skipped:
             log.say(f"pgpong: skipped a bad checkpoint: {message}")
-        log.say(f"pgpong: {_start_line(run)} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {_where(pool)}")
+        log.say(
+            f"pgpong: {_start_line(run)} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {_where(pool)}"
+        )
         Trainer(config, run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
-    except (ClusterError, *bad_input()) as exc:
+    except (ClusterError, *bad_input()) as exc:  # type: ignore[misc]  # a tuple built at run time
         return _fail(str(exc), EXIT_BAD_INPUT)
     except (PoolError, RunWriteError) as exc:
         return _fail(f"{exc}. {_saved(run)}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
@@ -305,20 +435,24 @@ def train(args: argparse.Namespace) -> int:
 def play(args: argparse.Namespace) -> int:
     import json
 
+    from pgpong.cluster import ClusterError, stop_ray
     from pgpong.envs import check_env_id
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
-    from pgpong.cluster import ClusterError, stop_ray
     from pgpong.workers import PoolError, open_pool
 
     _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
     _check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
     _check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
-    _check(args.max_episode_steps is None or args.max_episode_steps >= 1,
-           f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
-    _check(1 <= args.record_episodes <= args.episodes,
-           f"--record-episodes must be from 1 to --episodes ({args.episodes}), got {args.record_episodes}")
+    _check(
+        args.max_episode_steps is None or args.max_episode_steps >= 1,
+        f"--max-episode-steps must be at least 1, got {args.max_episode_steps}",
+    )
+    _check(
+        1 <= args.record_episodes <= args.episodes,
+        f"--record-episodes must be from 1 to --episodes ({args.episodes}), got {args.record_episodes}",
+    )
     _check(args.fps is None or 0 < args.fps <= 240, f"--fps must be in (0, 240], got {args.fps}")
     if args.record is not None:
         check_output(args.record)
@@ -333,14 +467,20 @@ def play(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
         where = _where(pool)
         how = "greedy actions" if args.greedy else "sampled actions"
-        print(f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
-              f"{how}, seed {args.seed}, on {where}", file=lines, flush=True)
+        print(
+            f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
+            f"{how}, seed {args.seed}, on {where}",
+            file=lines,
+            flush=True,
+        )
         done = {"matches": 0, "steps": 0, "began": time.monotonic()}
 
         def status() -> str:
             elapsed = time.monotonic() - done["began"]
-            return (f"playing: {done['matches']}/{args.episodes} matches done | "
-                    f"{done['steps'] / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s")
+            return (
+                f"playing: {done['matches']}/{args.episodes} matches done | "
+                f"{done['steps'] / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s"
+            )
 
         def on_match(result) -> None:
             done["matches"] += 1
@@ -350,8 +490,16 @@ def play(args: argparse.Namespace) -> int:
         with LiveLine(status, lines) as live:
             summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy, on_match=on_match)
         if args.record is not None:
-            for message in record_matches(args.record, args.record_episodes, policy.weights, env_id,
-                                          args.max_episode_steps, args.seed, args.greedy, args.fps):
+            for message in record_matches(
+                args.record,
+                args.record_episodes,
+                policy.weights,
+                env_id,
+                args.max_episode_steps,
+                args.seed,
+                args.greedy,
+                args.fps,
+            ):
                 print(f"pgpong: {message}", file=lines, flush=True)
     except ClusterError as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
@@ -366,8 +514,17 @@ def play(args: argparse.Namespace) -> int:
             pool.close()
         stop_ray()
     if args.json:
-        print(json.dumps({"env_id": env_id, "policy": policy.source, "seed": args.seed, "greedy": args.greedy,
-                          **summary.as_dict()}))
+        print(
+            json.dumps(
+                {
+                    "env_id": env_id,
+                    "policy": policy.source,
+                    "seed": args.seed,
+                    "greedy": args.greedy,
+                    **summary.as_dict(),
+                }
+            )
+        )
     else:
         print(summary.line(), flush=True)
     return 0
@@ -411,14 +568,20 @@ def _check(ok: bool, message: str) -> None:
 
 def bench(args: argparse.Namespace) -> int:
     from pgpong.bench import BenchOptions, print_report, run_bench, validate
-    from pgpong.envs import check_env_id
     from pgpong.cluster import ClusterError
+    from pgpong.envs import check_env_id
     from pgpong.workers import PoolError
 
     opts = BenchOptions(
-        workers=args.workers, env_id=args.env_id, batch_sizes=args.batch_sizes, train_batches=args.train_batches,
-        update_batches=args.update_batches, ceiling_seconds=args.ceiling_seconds, original_seconds=args.original_seconds,
-        max_episode_steps=args.max_episode_steps, memory_steps=args.memory_steps,
+        workers=args.workers,
+        env_id=args.env_id,
+        batch_sizes=args.batch_sizes,
+        train_batches=args.train_batches,
+        update_batches=args.update_batches,
+        ceiling_seconds=args.ceiling_seconds,
+        original_seconds=args.original_seconds,
+        max_episode_steps=args.max_episode_steps,
+        memory_steps=args.memory_steps,
         address=args.address or os.environ.get("RAY_ADDRESS") or None,
     )
     validate(opts)
@@ -482,7 +645,7 @@ def _pgpong_command() -> str:
 def _run_info(address: str | None) -> dict:
     from importlib.metadata import version
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for package in ("pgpong", "numpy", "scipy", "gymnasium", "ale-py", "ray"):
         try:
             versions[package] = version(package)

@@ -92,6 +92,8 @@ def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CO
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
+    request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]  # generated, no stubs
+
     target = where = f"{host}:{port}"
     if given and given != target:
         where = f"{given} (dialled as {target}: Ray replaces a loopback address by this node's IP)"
@@ -106,7 +108,7 @@ def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CO
     with grpc.insecure_channel(target) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         try:
-            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout, metadata=metadata)
+            stub.GetClusterId(request, timeout=timeout, metadata=metadata)
             return False
         except grpc.RpcError as exc:
             code = exc.code()
@@ -153,7 +155,7 @@ def _set_auth_mode(mode: str) -> None:
     settings when imported (the probe imported it), so they are read again, as Ray's
     own `ray start` does when it turns token mode on."""
     os.environ["RAY_AUTH_MODE"] = mode
-    from ray._raylet import Config
+    from ray._raylet import Config  # type: ignore[attr-defined]  # compiled module, no stubs
 
     Config.initialize("")
 

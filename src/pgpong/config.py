@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 # An RMSProp step moves each weight by about the learning rate: past 1 it is noise.
 MAX_LEARNING_RATE = 1.0
 MAX_HIDDEN = 4096  # as checkpoint.MAX_HIDDEN: the largest network pgpong loads
@@ -35,9 +34,7 @@ class TrainConfig:
     gamma: float = _setting(0.99, "discount factor for rewards")
     decay_rate: float = _setting(0.99, "RMSProp decay of the squared-gradient cache")
     seed: int = _setting(0, "seed of the run: episode k of batch i uses SeedSequence([seed, i, k])")
-    max_episode_steps: int | None = _setting(
-        None, "cut episodes after this many agent steps"
-    )
+    max_episode_steps: int | None = _setting(None, "cut episodes after this many agent steps")
     iterations: int | None = _setting(
         None, "stop after this many batches in all, counting resumed ones", learning=False
     )
@@ -48,7 +45,7 @@ class TrainConfig:
     )
     keep_checkpoints: int = _setting(3, "how many of the newest checkpoints to keep", learning=False)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         _check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
         _check(_is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}")
@@ -58,7 +55,8 @@ class TrainConfig:
         )
         _check(
             _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
-            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), got {self.learning_rate}",
+            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), "
+            f"got {self.learning_rate}",
         )
         _check(
             _is_int(self.hidden) and self.hidden <= MAX_HIDDEN,
@@ -92,11 +90,11 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def learning_differences(self, other: "TrainConfig") -> list[str]:
+    def learning_differences(self, other: TrainConfig) -> list[str]:
         """Names of learning settings whose values differ between self and other."""
         return [
             f.name

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import warnings
 from time import perf_counter
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from pgpong.frames import D, PaletteDiffer
+from pgpong.frames import SCREEN, D, PaletteDiffer
 
 UP, DOWN = 2, 3  # ALE calls them RIGHT and LEFT; in Pong they move the paddle up and down
 
@@ -34,10 +35,13 @@ def check_env_id(env_id: str) -> None:
         raise UnknownEnvironment(f"unknown environment id {env_id!r} ({exc}); Pong ids: {', '.join(pong)}") from None
     pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
     if "ale_py" not in str(spec.entry_point) or spec.kwargs.get("obs_type", "rgb") != "rgb":
-        raise UnknownEnvironment(f"environment id {env_id!r} is not an RGB Atari (ALE) environment; Pong ids: {', '.join(pong)}")
+        raise UnknownEnvironment(
+            f"environment id {env_id!r} is not an RGB Atari (ALE) environment; Pong ids: {', '.join(pong)}"
+        )
     if spec.kwargs.get("game") != "pong":
         raise UnknownEnvironment(
-            f"environment id {env_id!r} is not Pong: pgpong's two actions and input are Pong's; Pong ids: {', '.join(pong)}"
+            f"environment id {env_id!r} is not Pong: pgpong's two actions and input are Pong's; "
+            f"Pong ids: {', '.join(pong)}"
         )
 
 
@@ -93,13 +97,13 @@ class SeededAtari(gym.Env):
         self.frameskip = spec.kwargs.get("frameskip", 4)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._atari = gym.make(env_id, repeat_action_probability=0.0, disable_env_checker=True).unwrapped
-        self.ale = self._atari.ale
+            self._atari: Any = gym.make(env_id, repeat_action_probability=0.0, disable_env_checker=True).unwrapped
+        self.ale: Any = getattr(self._atari, "ale")  # noqa: B009 - AtariEnv's attribute, untyped in gymnasium
         self.action_space = self._atari.action_space
         self.observation_space = self._atari.observation_space
         self.max_episode_steps = max_episode_steps
         self._actions = self.ale.getMinimalActionSet()
-        self._rgb = np.empty(self.observation_space.shape, dtype=np.uint8)
+        self._rgb: np.ndarray = np.empty((*SCREEN, 3), dtype=np.uint8)
         self._differ = PaletteDiffer(self._rgb_screen) if observation == "difference" else None
         self.preprocess_seconds = 0.0
         if self._differ:

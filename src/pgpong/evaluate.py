@@ -4,10 +4,11 @@ evaluation repeats exactly, played on a pool; no gradient."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
 from pgpong.policy import Params
@@ -152,21 +153,26 @@ def record_matches(
 ) -> Iterator[str]:
     """Play matches 0..count-1 of the evaluation again in this process (the same seeds
     give the same matches) and record each to its file; yield a line about each."""
-    from pgpong.envs import make_env
+    from pgpong.envs import SeededAtari, make_env
     from pgpong.record import EMULATOR_FPS, Recorder, numbered
 
     env = make_env(env_id, max_episode_steps)
-    fps = fps or EMULATOR_FPS / env.unwrapped.frames_per_step()
+    atari = cast(SeededAtari, env.unwrapped)
+    fps = fps or EMULATOR_FPS / atari.frames_per_step()
     try:
         for match in match_ids(seed, count):
             recorder = Recorder(numbered(path, match.episode, count), fps)
             result = play_match(env, weights, match, greedy, observer=recorder)
             recorder.save()
             frames = len(recorder.frames)
-            line = (f"recorded match {match.episode + 1} ({result.points_for}:{result.points_against}) to "
-                    f"{recorder.path}: {frames} frames, {frames / fps:.0f} s at {fps:g} fps")
+            line = (
+                f"recorded match {match.episode + 1} ({result.points_for}:{result.points_against}) to "
+                f"{recorder.path}: {frames} frames, {frames / fps:.0f} s at {fps:g} fps"
+            )
             if recorder.cut:
-                line += f" (cut after {frames} of {result.steps} steps to keep the GIF under about 20 MB; use .mp4 for all)"
+                line += (
+                    f" (cut after {frames} of {result.steps} steps to keep the GIF under about 20 MB; use .mp4 for all)"
+                )
             yield line
     finally:
         env.close()

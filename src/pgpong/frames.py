@@ -6,7 +6,7 @@ A difference frame has a few dozen non-zero pixels out of 6400, so it is kept as
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -61,7 +61,7 @@ class PaletteDiffer:
         self._indices = np.empty(D, dtype=np.intp)  # scratch for the compiled function
         self._values = np.empty(D, dtype=np.int8)
         # Compile the kernel (or load it from numba's cache) now, not in the first episode.
-        _palette_difference(*self._screens, self.foreground, self._indices, self._values)
+        _palette_difference(self._screens[0], self._screens[1], self.foreground, self._indices, self._values)
 
     @property
     def incoming(self) -> np.ndarray:

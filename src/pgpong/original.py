@@ -34,7 +34,10 @@ def play_episode_dense(env, weights: Params, episode: EpisodeId, gamma: float) -
     uniforms = rng.random(4096)
     frame, _ = env.reset(seed=env_seed)
     previous = None
-    xs, hs, dlogps, rewards = [], [], [], []
+    xs: list[np.ndarray] = []
+    hs: list[np.ndarray] = []
+    dlogps: list[float] = []
+    rewards: list[float] = []
     while True:
         current = preprocess(frame).astype(np.float64)
         x = current - previous if previous is not None else np.zeros(D)
@@ -47,7 +50,7 @@ def play_episode_dense(env, weights: Params, episode: EpisodeId, gamma: float) -
         up = uniforms[t % len(uniforms)] < p
         xs.append(x)
         hs.append(h)
-        dlogps.append(float(up) - p)
+        dlogps.append(float(up) - float(p))
         frame, reward, terminated, truncated, _ = env.step(UP if up else DOWN)
         rewards.append(reward)
         if terminated or truncated:

@@ -18,7 +18,17 @@ X_AXES = {
     "steps": ("env_steps", "env steps (millions)", 1e-6),
     "hours": ("wall_s", "training wall time (hours)", 1 / 3600),
 }
-NEEDED = ("batch", "episodes", "env_steps", "wall_s", "running_reward", "score_mean", "score_min", "score_max", "steps_per_s")
+NEEDED = (
+    "batch",
+    "episodes",
+    "env_steps",
+    "wall_s",
+    "running_reward",
+    "score_mean",
+    "score_min",
+    "score_max",
+    "steps_per_s",
+)
 MAX_PROGRESS_BYTES = 512 * 2**20
 
 
@@ -47,7 +57,7 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
                     if line > 2 and f.read(1) == "":  # a last line cut short: drop it
                         break
                     raise PlotError(f"{path}: line {line} is not a row of numbers") from None
-                for name, value in zip(NEEDED, values):
+                for name, value in zip(NEEDED, values, strict=True):
                     columns[name].append(value)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise PlotError(f"{path}: cannot read ({exc})") from None
@@ -81,14 +91,32 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
         name = run_label(run_dir)
         band = "batch score min-max" if len(curves) == 1 else None
         top.fill_between(xs, c["score_min"], c["score_max"], color=colour, alpha=0.12, linewidth=0, label=band)
-        top.plot(xs, c["score_mean"], color=colour, alpha=0.35, linewidth=0.8,
-                 label="batch mean score" if len(curves) == 1 else None)
-        top.plot(xs, c["running_reward"], color=colour, linewidth=2.2,
-                 label=f"{name}: running reward" if len(curves) > 1 else "running reward")
+        top.plot(
+            xs,
+            c["score_mean"],
+            color=colour,
+            alpha=0.35,
+            linewidth=0.8,
+            label="batch mean score" if len(curves) == 1 else None,
+        )
+        top.plot(
+            xs,
+            c["running_reward"],
+            color=colour,
+            linewidth=2.2,
+            label=f"{name}: running reward" if len(curves) > 1 else "running reward",
+        )
         bottom.plot(xs, c["steps_per_s"], color=colour, linewidth=1, label=name)
     top.axhline(0, color="black", linestyle="--", linewidth=1)
-    top.text(0.005, 0.5, " as good as the built-in player (0)", transform=top.get_yaxis_transform(),
-             va="bottom", ha="left", fontsize=9)
+    top.text(
+        0.005,
+        0.5,
+        " as good as the built-in player (0)",
+        transform=top.get_yaxis_transform(),
+        va="bottom",
+        ha="left",
+        fontsize=9,
+    )
     top.set_ylim(-21.5, 21.5)
     top.set_yticks(range(-20, 21, 5))
     top.set_ylabel("score per match (points for - against)")
@@ -128,15 +156,22 @@ def plot_weights(weights: Params, output: Path, title: str, units: int | None = 
     width_in = mosaic.shape[1] * zoom / dpi  # the mosaic is drawn at exactly `zoom` pixels a weight
     height_in = mosaic.shape[0] * zoom / dpi
     fig = plt.figure(figsize=(width_in + 1.6, height_in + 1.0), dpi=dpi)
-    ax = fig.add_axes((0.2 / (width_in + 1.6), 0.2 / (height_in + 1.0), width_in / (width_in + 1.6), height_in / (height_in + 1.0)))
+    ax = fig.add_axes(
+        (0.2 / (width_in + 1.6), 0.2 / (height_in + 1.0), width_in / (width_in + 1.6), height_in / (height_in + 1.0))
+    )
     cmap = matplotlib.colormaps["RdBu_r"].copy()
     cmap.set_bad("#808080")
     image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest", aspect="equal")
     ax.set_axis_off()
     shown = f"each of the {hidden} hidden units" if units is None else f"the first {hidden} hidden units"
-    fig.suptitle(f"{title}: the W1 weights of {shown} over the 80x80 input\n"
-                 "red: a paddle or ball pixel there raises the unit, blue: lowers it",
-                 x=0.2 / (width_in + 1.6), ha="left", y=1 - 0.1 / (height_in + 1.0), fontsize=14 if hidden > 60 else 11)
+    fig.suptitle(
+        f"{title}: the W1 weights of {shown} over the 80x80 input\n"
+        "red: a paddle or ball pixel there raises the unit, blue: lowers it",
+        x=0.2 / (width_in + 1.6),
+        ha="left",
+        y=1 - 0.1 / (height_in + 1.0),
+        fontsize=14 if hidden > 60 else 11,
+    )
     bar_ax = fig.add_axes(((width_in + 0.35) / (width_in + 1.6), 0.25, 0.25 / (width_in + 1.6), 0.5))
     bar = fig.colorbar(image, cax=bar_ax)
     bar.set_label("weight / the unit's 99th percentile |weight|", fontsize=11)

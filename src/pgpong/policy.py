@@ -9,9 +9,8 @@ only reads the columns of its few non-zero pixels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -34,7 +33,7 @@ class Params:
     W2: np.ndarray  # (H,)
 
     @classmethod
-    def initial(cls, hidden: int, seed: int, inputs: int = D) -> "Params":
+    def initial(cls, hidden: int, seed: int, inputs: int = D) -> Params:
         """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H)."""
         rng = np.random.default_rng(np.random.SeedSequence([seed, INIT_STREAM]))
         W1 = rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)
@@ -42,14 +41,14 @@ class Params:
         return cls.of(W1, W2)
 
     @classmethod
-    def of(cls, W1: np.ndarray, W2: np.ndarray, dtype: type = DTYPE) -> "Params":
+    def of(cls, W1: np.ndarray, W2: np.ndarray, dtype: type = DTYPE) -> Params:
         """Own, writable copies in the layout pgpong computes with."""
         return cls(np.array(W1, dtype=dtype, order="F"), np.array(W2, dtype=dtype))
 
-    def zeros_like(self) -> "Params":
+    def zeros_like(self) -> Params:
         return Params(np.zeros_like(self.W1, order="F"), np.zeros_like(self.W2))
 
-    def add_(self, other: "Params") -> "Params":
+    def add_(self, other: Params) -> Params:
         self.W1 += other.W1
         self.W2 += other.W2
         return self

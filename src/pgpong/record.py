@@ -9,6 +9,7 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -197,16 +198,32 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
     import imageio.v2 as imageio
 
     # Frame sides are already multiples of 16, so imageio does not resize them.
-    with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264", quality=7,
-                            macro_block_size=MP4_BLOCK, ffmpeg_log_level="error") as writer:
+    with imageio.get_writer(
+        path,
+        format="FFMPEG",
+        mode="I",
+        fps=fps,
+        codec="libx264",
+        quality=7,
+        macro_block_size=MP4_BLOCK,
+        ffmpeg_log_level="error",
+    ) as writer:
         for frame in frames:
-            writer.append_data(frame)
+            cast(Any, writer).append_data(frame)
 
 
 def _gif_bytes(frames: list[Image.Image], fps: float) -> bytes:
     out = io.BytesIO()
-    frames[0].save(out, format="GIF", save_all=True, append_images=frames[1:], duration=gif_frame_ms(fps),
-                   loop=0, optimize=False, disposal=1)
+    frames[0].save(
+        out,
+        format="GIF",
+        save_all=True,
+        append_images=frames[1:],
+        duration=gif_frame_ms(fps),
+        loop=0,
+        optimize=False,
+        disposal=1,
+    )
     return out.getvalue()
 
 

@@ -9,9 +9,10 @@ import csv
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 
 @dataclass
@@ -164,9 +165,14 @@ class LiveLine:
         from rich.text import Text
 
         console = Console(file=self.out, highlight=False)
-        self._live = Live(get_renderable=lambda: Text(self.text(), no_wrap=True, overflow="ellipsis"),
-                          console=console, transient=True, refresh_per_second=4,
-                          redirect_stdout=False, redirect_stderr=False)
+        self._live = Live(
+            get_renderable=lambda: Text(self.text(), no_wrap=True, overflow="ellipsis"),
+            console=console,
+            transient=True,
+            refresh_per_second=4,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self._live.start()
 
     def print(self, line: str) -> None:
@@ -180,7 +186,7 @@ class LiveLine:
             self._live.stop()
             self._live = None
 
-    def __enter__(self) -> "LiveLine":
+    def __enter__(self) -> LiveLine:
         self.start()
         return self
 
@@ -215,8 +221,10 @@ class LiveProgress(_Quiet):
     def _text(self) -> str:
         elapsed = time.monotonic() - self.began
         running = "-" if self.running is None else f"{self.running:.2f}"
-        return (f"batch {self.batch:5d} | {self.finished}/{self.size} episodes | "
-                f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}")
+        return (
+            f"batch {self.batch:5d} | {self.finished}/{self.size} episodes | "
+            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}"
+        )
 
 
 class RunLog:

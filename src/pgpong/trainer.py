@@ -10,9 +10,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class RunWriteError(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, run: "Run", pool: Pool, log: RunLog):
+    def __init__(self, config: TrainConfig, run: Run, pool: Pool, log: RunLog):
         self.config = config
         self.run = run
         self.pool = pool
@@ -69,14 +69,16 @@ class Trainer:
             self.train_batch()
         return self.state
 
-    def train_batch(self) -> "BatchReport":
+    def train_batch(self) -> BatchReport:
         """One synchronous update: play the batch, sum its gradients, step, log, checkpoint."""
         cfg, state, pool = self.config, self.state, self.pool
         began, clock = time.monotonic(), PhaseClock()
         replaced_before = pool.replaced
         episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
         grad = state.weights.zeros_like()
-        scores, lengths, worker_time = [], [], Counter()
+        scores: list[float] = []
+        lengths: list[int] = []
+        worker_time: Counter[str] = Counter()
         self.log.begin_batch(state.batch + 1, len(episodes), state.running_reward)
         for result in pool.play_batch(state.weights, episodes):  # in episode order
             with clock("sum gradients"):
@@ -103,7 +105,7 @@ class Trainer:
             env_steps=state.env_steps,
             wall_s=state.wall_s,
             batch_s=batch_s,
-            running_reward=state.running_reward,
+            running_reward=float(state.running_reward or 0.0),  # set by the batch's first episode
             score_mean=float(np.mean(scores)),
             score_min=min(scores),
             score_max=max(scores),
@@ -160,7 +162,9 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
@@ -240,7 +244,7 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
         state = load_checkpoint(resume_from)
         _check_fits(run.config, state, resume_from)
         return state, resume_from, []
-    skipped = []
+    skipped: list[str] = []
     for path in reversed(list_checkpoints(run.checkpoints)):
         try:
             state = load_checkpoint(path)
@@ -264,7 +268,9 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
         raise CheckpointError(f"{path}: its recorded settings are unreadable") from None
     changed = config.learning_differences(theirs)
     if changed:
-        what = ", ".join(f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed)
+        what = ", ".join(
+            f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed
+        )
         raise CheckpointError(f"{path}: made with other learning settings ({what}); it belongs to another run")
 
 

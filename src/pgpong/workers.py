@@ -7,14 +7,14 @@ number of workers.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import resource
 import signal
 import time
 from collections import deque
-from typing import Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -41,9 +41,13 @@ class PoolError(RuntimeError):
 
 
 class Pool(Protocol):
-    num_workers: int
+    @property
+    def num_workers(self) -> int: ...  # workers running (0: this process, no Ray)
+
     replaced: int  # workers replaced after a crash, since the pool started
     last_batch: dict[str, float]  # seconds of the last batch: "publish weights", "barrier"
+
+    def nodes(self) -> int: ...
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]: ...
 
@@ -55,8 +59,9 @@ class Pool(Protocol):
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False,
-                 pin_threads: bool = True):
+    def __init__(
+        self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False, pin_threads: bool = True
+    ):
         _test_fault("start")
         self.env_id = env_id
         self.max_episode_steps = max_episode_steps
@@ -97,8 +102,14 @@ class RolloutWorker:
                 done = terminated or truncated
         elapsed = time.perf_counter() - began
         env.close()
-        return {"steps": steps, "matches": matches, "seconds": elapsed, "reset_s": reset_s,
-                "seeded_reset_s": seeded_reset_s, "pgpong_reset_s": pgpong_reset_s}
+        return {
+            "steps": steps,
+            "matches": matches,
+            "seconds": elapsed,
+            "reset_s": reset_s,
+            "seeded_reset_s": seeded_reset_s,
+            "pgpong_reset_s": pgpong_reset_s,
+        }
 
     def original_play(self, seconds: float, seed: int) -> dict[str, float]:
         """The original algorithm (pgpong.original: dense float64) playing whole episodes
@@ -172,6 +183,9 @@ class LocalPool:
         for match in matches:
             yield self.worker.evaluate(weights, match, greedy)
 
+    def nodes(self) -> int:
+        return 1
+
     def close(self) -> None:
         self.worker.env.close()
         self._limit.restore_original_limits()
@@ -223,7 +237,7 @@ class RayPool:
 
     def _start_actor(self) -> None:
         actor = self._actor_class.remote(*self._args)
-        self._starting[actor.ready.remote()] = actor
+        self._starting[cast(Any, actor).ready.remote()] = actor
 
     def _poll_starting(self, timeout: float) -> None:
         """Move actors whose start has finished into the ready list (or count the failure)."""
