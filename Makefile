@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train play test lint bench clean
+.PHONY: train play test lint soak bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -29,6 +29,10 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
+
+# Ten minutes of training while a rollout worker is killed every few seconds.
+soak: $(VENV)/.installed
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python tests/soak.py $(ARGS)
 
 bench: $(VENV)/.installed
 	$(BIN)/pgpong bench $(ARGS)

@@ -104,9 +104,8 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, flags, words):
 
 
 def test_unreachable_address_fails_fast(tmp_path):
-    began = time.monotonic()
-    proc = run_pgpong("train", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"), timeout=60)
-    assert time.monotonic() - began < 30
+    # The subprocess timeout is the hang guard: ray.init alone would retry for minutes.
+    proc = run_pgpong("train", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"), timeout=30)
     assert_one_line_error(proc, "127.0.0.1:1")
     assert not (tmp_path / "r").exists()
 
@@ -164,9 +163,7 @@ def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
     )
     wait_for_rows(run_dir / "progress.csv", 2, proc)
     proc.send_signal(signum)
-    began = time.monotonic()
-    out, err = proc.communicate(timeout=30)
-    assert time.monotonic() - began < 10
+    out, err = proc.communicate(timeout=20)  # the hang guard: it stops within seconds
     assert proc.returncode == status, err
     assert "Traceback" not in err
     assert f"pgpong train --run-dir {run_dir}" in err

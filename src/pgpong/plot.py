@@ -30,6 +30,7 @@ NEEDED = (
     "steps_per_s",
 )
 MAX_PROGRESS_BYTES = 512 * 2**20
+MAX_BANDS = 3  # runs drawn with their batch scores; more get the running reward only
 
 
 class PlotError(ValueError):
@@ -89,22 +90,23 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
         colour = colours[k % len(colours)]
         xs = c[column] * factor
         name = run_label(run_dir)
-        band = "batch score min-max" if len(curves) == 1 else None
-        top.fill_between(xs, c["score_min"], c["score_max"], color=colour, alpha=0.12, linewidth=0, label=band)
-        top.plot(
-            xs,
-            c["score_mean"],
-            color=colour,
-            alpha=0.35,
-            linewidth=0.8,
-            label="batch mean score" if len(curves) == 1 else None,
-        )
+        if len(curves) <= MAX_BANDS:  # with more runs the bands would hide the curves
+            band = "batch score min-max" if len(curves) == 1 else None
+            top.fill_between(xs, c["score_min"], c["score_max"], color=colour, alpha=0.12, linewidth=0, label=band)
+            top.plot(
+                xs,
+                c["score_mean"],
+                color=colour,
+                alpha=0.35,
+                linewidth=0.8,
+                label="batch mean score" if len(curves) == 1 else None,
+            )
         top.plot(
             xs,
             c["running_reward"],
             color=colour,
             linewidth=2.2,
-            label=f"{name}: running reward" if len(curves) > 1 else "running reward",
+            label=name if len(curves) > 1 else "running reward",
         )
         bottom.plot(xs, c["steps_per_s"], color=colour, linewidth=1, label=name)
     top.axhline(0, color="black", linestyle="--", linewidth=1)
@@ -122,7 +124,12 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     top.set_ylabel("score per match (points for - against)")
     top.grid(alpha=0.3)
     top.legend(loc="upper left", fontsize=9)
-    title = run_label(curves[0][0]) if len(curves) == 1 else f"{len(curves)} runs"
+    if len(curves) == 1:
+        title = run_label(curves[0][0])
+    elif len(curves) <= MAX_BANDS:
+        title = f"{len(curves)} runs: running reward (thick), batch mean and min-max (faint)"
+    else:
+        title = f"{len(curves)} runs: running reward"
     top.set_title(f"pgpong learning curve: {title}")
     bottom.set_ylabel("env steps / s")
     bottom.set_xlabel(label)
