@@ -93,7 +93,7 @@ def soak(run_dir: Path, batches: int | None, seconds: float | None, kill_every: 
             train.kill()
     done_rows = rows(run_dir / "chaos")
     replaced = sum(int(r["workers_replaced"]) for r in done_rows)
-    # The same batches, undisturbed, in one process.
+    # The same batches, undisturbed (on 2 workers too: faster, and the weights do not depend on it).
     reference = subprocess.run(
         [
             sys.executable,

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from pgpong.cluster import cluster_cpus, start_ray, stop_ray
 from pgpong.config import ConfigError, TrainConfig
+from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import LiveLine, RunLog
@@ -45,6 +49,80 @@ class BenchOptions:
     seed: int = 0
 
 
+class BenchWorker(RolloutWorker):
+    """A rollout worker that can also measure: the ceiling (random play on Gymnasium's
+    own environment), the original algorithm's speed, and its own peak memory. With
+    endless=True its episodes run across matches up to max_episode_steps (a long
+    episode on demand, for the memory figure)."""
+
+    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
+        self.endless = endless
+        super().__init__(env_id, max_episode_steps, gamma)
+
+    def _make_env(self) -> Any:
+        return make_env(self.env_id, self.max_episode_steps, endless=self.endless)
+
+    def random_play(self, seconds: float, seed: int) -> dict[str, float]:
+        """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
+        `seconds`, reset between matches, nothing else. Also times Gymnasium's seeded
+        reset and pgpong's, which the ceiling does not need."""
+        env = make_gymnasium_env(self.env_id)
+        rng = np.random.default_rng(seed)
+        seeded_reset_s = _seconds_per_call(lambda: env.reset(seed=int(rng.integers(2**32))), 3)
+        pgpong_reset_s = _seconds_per_call(lambda: self.env.reset(seed=int(rng.integers(2**32))), 3)
+        actions = rng.choice([UP, DOWN], size=4096)
+        steps = matches = 0
+        reset_s = 0.0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            t = time.perf_counter()
+            env.reset()
+            reset_s += time.perf_counter() - t
+            matches += 1
+            done = False
+            while not done and time.perf_counter() - began < seconds:
+                _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
+                steps += 1
+                done = terminated or truncated
+        elapsed = time.perf_counter() - began
+        env.close()
+        return {
+            "steps": steps,
+            "matches": matches,
+            "seconds": elapsed,
+            "reset_s": reset_s,
+            "seeded_reset_s": seeded_reset_s,
+            "pgpong_reset_s": pgpong_reset_s,
+        }
+
+    def original_play(self, seconds: float, seed: int) -> dict[str, float]:
+        """The original algorithm (pgpong.original: dense float64) playing whole episodes
+        for at least `seconds`, on the same environment stepping: the speed pgpong started from."""
+        from pgpong.original import play_episode_dense
+
+        env = make_env(self.env_id, self.max_episode_steps, observation="rgb")
+        weights = Params.initial(200, seed)
+        steps = episodes = 0
+        began = time.perf_counter()
+        while episodes == 0 or time.perf_counter() - began < seconds:
+            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), self.gamma).steps
+            episodes += 1
+        elapsed = time.perf_counter() - began
+        env.close()
+        return {"steps": steps, "episodes": episodes, "seconds": elapsed}
+
+    def peak_rss(self) -> int:
+        """Peak resident memory of this process so far, in bytes."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _seconds_per_call(call, times: int) -> float:
+    began = time.perf_counter()
+    for _ in range(times):
+        call()
+    return (time.perf_counter() - began) / times
+
+
 def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, Any]:
     stage: dict[str, Any] = {"text": "starting Ray", "began": time.monotonic()}
     live = LiveLine(lambda: f"bench: {stage['text']} | {time.monotonic() - stage['began']:5.1f} s", progress)
@@ -61,7 +139,7 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
     start_ray(opts.address)
     try:
         workers = opts.workers or cluster_cpus()
-        pool = RayPool(opts.env_id, opts.max_episode_steps, 0.99, workers)
+        pool = RayPool(opts.env_id, opts.max_episode_steps, 0.99, workers, worker_class=BenchWorker)
         try:
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
             say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
@@ -188,7 +266,7 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
 
     steps = sum(_batch_steps(r) for r in reports)
     record_bytes = sum(r.worker_time.get("record_bytes", 0) for r in reports)
-    probe_class = ray.remote(num_cpus=1)(RolloutWorker)
+    probe_class = ray.remote(num_cpus=1)(BenchWorker)
     probe: Any = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
     try:
         before = ray.get(probe.peak_rss.remote(), timeout=START_SECONDS)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
-import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.cluster import cluster_cpus, start_ray
-from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
+from pgpong.envs import make_env
 from pgpong.policy import Params, compile_kernels
 from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, play_episode, play_match
 
@@ -59,17 +57,18 @@ class Pool(Protocol):
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(
-        self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False, pin_threads: bool = True
-    ):
+    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, pin_threads: bool = True):
         _test_fault("start")
         self.env_id = env_id
         self.max_episode_steps = max_episode_steps
-        self.env = make_env(env_id, max_episode_steps, endless)
+        self.env = self._make_env()
         compile_kernels()
         self.gamma = gamma
         if pin_threads:  # after the imports above, which may load BLAS libraries of their own
             threadpool_limits(1)
+
+    def _make_env(self) -> Any:
+        return make_env(self.env_id, self.max_episode_steps)
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
         _test_fault("play", episode.batch)
@@ -77,59 +76,6 @@ class RolloutWorker:
 
     def evaluate(self, weights: Params, match: EpisodeId, greedy: bool) -> MatchResult:
         return play_match(self.env, weights, match, greedy)
-
-    def random_play(self, seconds: float, seed: int) -> dict[str, float]:
-        """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
-        `seconds`, reset between matches, nothing else. Also times Gymnasium's seeded
-        reset and pgpong's, which the ceiling does not need."""
-        env = make_gymnasium_env(self.env_id)
-        rng = np.random.default_rng(seed)
-        seeded_reset_s = _seconds_per_call(lambda: env.reset(seed=int(rng.integers(2**32))), 3)
-        pgpong_reset_s = _seconds_per_call(lambda: self.env.reset(seed=int(rng.integers(2**32))), 3)
-        actions = rng.choice([UP, DOWN], size=4096)
-        steps = matches = 0
-        reset_s = 0.0
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            t = time.perf_counter()
-            env.reset()
-            reset_s += time.perf_counter() - t
-            matches += 1
-            done = False
-            while not done and time.perf_counter() - began < seconds:
-                _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
-                steps += 1
-                done = terminated or truncated
-        elapsed = time.perf_counter() - began
-        env.close()
-        return {
-            "steps": steps,
-            "matches": matches,
-            "seconds": elapsed,
-            "reset_s": reset_s,
-            "seeded_reset_s": seeded_reset_s,
-            "pgpong_reset_s": pgpong_reset_s,
-        }
-
-    def original_play(self, seconds: float, seed: int) -> dict[str, float]:
-        """The original algorithm (pgpong.original: dense float64) playing whole episodes
-        for at least `seconds`, on the same environment stepping: the speed pgpong started from."""
-        from pgpong.original import play_episode_dense
-
-        env = make_env(self.env_id, self.max_episode_steps, observation="rgb")
-        weights = Params.initial(200, seed)
-        steps = episodes = 0
-        began = time.perf_counter()
-        while episodes == 0 or time.perf_counter() - began < seconds:
-            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), self.gamma).steps
-            episodes += 1
-        elapsed = time.perf_counter() - began
-        env.close()
-        return {"steps": steps, "episodes": episodes, "seconds": elapsed}
-
-    def peak_rss(self) -> int:
-        """Peak resident memory of this process so far, in bytes."""
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def ready(self) -> int:
         return os.getpid()
@@ -142,13 +88,6 @@ class RolloutWorker:
 
     def blas_threads(self) -> list[int]:
         return [info["num_threads"] for info in threadpool_info()]
-
-
-def _seconds_per_call(call, times: int) -> float:
-    began = time.perf_counter()
-    for _ in range(times):
-        call()
-    return (time.perf_counter() - began) / times
 
 
 def _test_fault(stage: str, batch: int = 0) -> None:
@@ -206,12 +145,13 @@ class RayPool:
         gamma: float,
         num_workers: int | None = None,
         start_timeout: float = START_SECONDS,
+        worker_class: type[RolloutWorker] = RolloutWorker,
     ):
         import ray
 
         self._ray = ray
         env_vars = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k == TEST_FAULT}}
-        self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": env_vars})(RolloutWorker)
+        self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": env_vars})(worker_class)
         self._args = (env_id, max_episode_steps, gamma)
         self.size = num_workers or cluster_cpus()
         self.replaced = 0
