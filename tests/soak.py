@@ -54,7 +54,14 @@ def rows(run_dir: Path) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(f) if None not in r.values()]
 
 
-def soak(run_dir: Path, batches: int | None, seconds: float | None, kill_every: float = 5.0, seed: int = 0) -> dict:
+def soak(
+    run_dir: Path,
+    batches: int | None,
+    seconds: float | None,
+    kill_every: float = 5.0,
+    seed: int = 0,
+    reference_workers: int = 0,
+) -> dict:
     """Train with kills until `batches` are done (or `seconds` pass, then stop it with
     SIGTERM); return what happened and whether the weights match an undisturbed run."""
     rng = random.Random(seed)
@@ -93,7 +100,7 @@ def soak(run_dir: Path, batches: int | None, seconds: float | None, kill_every: 
             train.kill()
     done_rows = rows(run_dir / "chaos")
     replaced = sum(int(r["workers_replaced"]) for r in done_rows)
-    # The same batches, undisturbed (on 2 workers too: faster, and the weights do not depend on it).
+    # The same batches, undisturbed (the weights do not depend on the worker count).
     reference = subprocess.run(
         [
             sys.executable,
@@ -102,7 +109,7 @@ def soak(run_dir: Path, batches: int | None, seconds: float | None, kill_every: 
             "train",
             *SETTINGS,
             "--workers",
-            "0",
+            str(reference_workers),
             "--iterations",
             str(len(done_rows)),
             "--run-dir",
@@ -147,7 +154,9 @@ def main() -> int:
             f"{args.kill_every:g} s ...",
             flush=True,
         )
-        report = soak(Path(folder), batches=None, seconds=60 * args.minutes, kill_every=args.kill_every)
+        report = soak(
+            Path(folder), batches=None, seconds=60 * args.minutes, kill_every=args.kill_every, reference_workers=2
+        )
     print(json.dumps(report, indent=2))
     ok = report["weights_identical"] and report["replaced"] >= report["kills"] - 2  # the last kills may go unseen
     print(
