@@ -198,3 +198,73 @@ def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     again = open_run(tmp_path / "r", {"iterations": 2})
     create_run_files(again, {})
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
+
+
+class RecordingPool(ScriptedPool):
+    """Notes which episode ids each batch asks for."""
+
+    def __init__(self, scores):
+        super().__init__(scores)
+        self.asked: list[list] = []
+
+    def play_batch(self, weights, episodes):
+        self.asked.append(list(episodes))
+        yield from super().play_batch(weights, episodes)
+
+
+def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
+    from pgpong.rollout import EpisodeId, episode_seeds
+
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
+    create_run_files(run, {})
+    pool = RecordingPool([-21.0] * 6)
+    Trainer(run.config, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+    assert pool.asked == [[EpisodeId(7, i, k) for k in range(2)] for i in range(3)]
+    # ... and an episode id means SeedSequence([seed, batch, episode]): one stream for the
+    # environment, one for the action draws.
+    env_seed, rng = episode_seeds(EpisodeId(7, 2, 1))
+    env_stream, action_stream = np.random.SeedSequence([7, 2, 1]).spawn(2)
+    assert env_seed == int(env_stream.generate_state(1)[0])
+    assert rng.random() == np.random.default_rng(action_stream).random()
+
+
+def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path):
+    """Checked against an independent computation in float64, with non-default
+    learning rate, decay and gamma: a swapped or ignored setting fails."""
+    from pgpong.envs import make_env
+    from pgpong.policy import Params
+    from pgpong.rollout import EpisodeId, play_episode
+
+    settings = {
+        **SETTINGS,
+        "hidden": 8,
+        "batch_size": 2,
+        "max_episode_steps": 150,
+        "seed": 4,
+        "learning_rate": 0.02,
+        "decay_rate": 0.9,
+        "gamma": 0.95,
+        "iterations": 1,
+        "workers": 0,
+    }
+    start = Params.initial(8, 4)
+    train_in_process(tmp_path / "r2", 0, 1, {k: v for k, v in settings.items() if k not in ("iterations", "workers")})
+    trained = load_checkpoint(tmp_path / "r2" / "checkpoints" / "ckpt-000001.npz")
+
+    env = make_env("ALE/Pong-v5", 150)
+    total_W1, total_W2 = np.zeros((8, 6400)), np.zeros(8)
+    for k in range(2):
+        grad = play_episode(env, start, EpisodeId(4, 0, k), gamma=0.95).grad.dense()
+        total_W1 += grad.W1
+        total_W2 += grad.W2
+    for total, w0, got, cache in (
+        (total_W1, start.W1, trained.weights.W1, trained.cache.W1),
+        (total_W2, start.W2, trained.weights.W2, trained.cache.W2),
+    ):
+        expected_cache = (1 - 0.9) * total**2  # decay 0.9, the cache starts at zero
+        expected = w0 + 0.02 * total / (np.sqrt(expected_cache) + 1e-5)
+        np.testing.assert_allclose(cache, expected_cache, rtol=1e-4, atol=1e-12)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert np.abs(trained.weights.W1 - start.W1).max() > 1e-3  # the step really moved the weights
+    other_gamma = play_episode(env, start, EpisodeId(4, 0, 0), gamma=0.99).grad.dense()
+    assert not np.allclose(other_gamma.W2, play_episode(env, start, EpisodeId(4, 0, 0), gamma=0.95).grad.dense().W2)
