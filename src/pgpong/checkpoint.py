@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pgpong.config import MAX_HIDDEN
 from pgpong.frames import D
 from pgpong.policy import Params
 
@@ -155,7 +156,6 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-MAX_HIDDEN = 4096  # the largest hidden size pgpong loads (W1 of 4096 x 6400 float64 is 210 MB)
 MAX_HEADER_BYTES = 1 << 20
 _MEMBERS = {"header": MAX_HEADER_BYTES, "W1": None, "W2": None, "cache_W1": None, "cache_W2": None}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from pgpong import __version__
-from pgpong.config import ConfigError, settings
+from pgpong.config import ConfigError, check, settings
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -442,18 +442,18 @@ def play(args: argparse.Namespace) -> int:
     from pgpong.runlog import LiveLine
     from pgpong.workers import PoolError, open_pool
 
-    _check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
-    _check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
-    _check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
-    _check(
+    check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
+    check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
+    check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
+    check(
         args.max_episode_steps is None or args.max_episode_steps >= 1,
         f"--max-episode-steps must be at least 1, got {args.max_episode_steps}",
     )
-    _check(
+    check(
         1 <= args.record_episodes <= args.episodes,
         f"--record-episodes must be from 1 to --episodes ({args.episodes}), got {args.record_episodes}",
     )
-    _check(args.fps is None or 0 < args.fps <= 240, f"--fps must be in (0, 240], got {args.fps}")
+    check(args.fps is None or 0 < args.fps <= 240, f"--fps must be in (0, 240], got {args.fps}")
     if args.record is not None:
         check_output(args.record)
     policy = load_policy(args.checkpoint)
@@ -553,17 +553,12 @@ def weights(args: argparse.Namespace) -> int:
         output = args.checkpoint / "weights.png"
     else:
         output = Path("weights.png")
-    _check(args.units is None or args.units >= 1, f"--units must be at least 1, got {args.units}")
+    check(args.units is None or args.units >= 1, f"--units must be at least 1, got {args.units}")
     check_output(output, (".png",))
     policy = load_policy(args.checkpoint)
     title = Path(policy.source).name if args.checkpoint else "the shipped agent"
     print(f"pgpong: wrote {plot_weights(policy.weights, output, title, args.units)}")
     return 0
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def bench(args: argparse.Namespace) -> int:

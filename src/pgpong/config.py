@@ -11,7 +11,7 @@ from typing import Any
 
 # An RMSProp step moves each weight by about the learning rate: past 1 it is noise.
 MAX_LEARNING_RATE = 1.0
-MAX_HIDDEN = 4096  # as checkpoint.MAX_HIDDEN: the largest network pgpong loads
+MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
 
 
 class ConfigError(ValueError):
@@ -47,40 +47,40 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
-        _check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
-        _check(_is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}")
-        _check(
+        check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
+        check(_is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}")
+        check(
             _is_int(self.batch_size) and self.batch_size >= 1,
             f"--batch-size must be at least 1, got {self.batch_size}",
         )
-        _check(
+        check(
             _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
             f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), "
             f"got {self.learning_rate}",
         )
-        _check(
+        check(
             _is_int(self.hidden) and self.hidden <= MAX_HIDDEN,
             f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden}",
         )
-        _check(_is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
-        _check(
+        check(_is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
+        check(
             _is_number(self.decay_rate) and 0 <= self.decay_rate < 1,
             f"--decay-rate must be in [0, 1), got {self.decay_rate}",
         )
-        _check(_is_int(self.seed) and 0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed}")
-        _check(
+        check(_is_int(self.seed) and 0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed}")
+        check(
             self.max_episode_steps is None or (_is_int(self.max_episode_steps) and self.max_episode_steps >= 1),
             f"--max-episode-steps must be at least 1, got {self.max_episode_steps}",
         )
-        _check(
+        check(
             self.iterations is None or (_is_int(self.iterations) and self.iterations >= 0),
             f"--iterations must be 0 or more, got {self.iterations}",
         )
-        _check(
+        check(
             self.workers is None or (_is_int(self.workers) and self.workers >= 0),
             f"--workers must be 0 or more, got {self.workers}",
         )
-        _check(
+        check(
             _is_int(self.keep_checkpoints) and self.keep_checkpoints >= 1,
             f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}",
         )
@@ -148,7 +148,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 
 
-def _check(ok: bool, message: str) -> None:
+def check(ok: bool, message: str) -> None:
+    """Raise ConfigError(message) unless ok."""
     if not ok:
         raise ConfigError(message)
 
