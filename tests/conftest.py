@@ -32,22 +32,19 @@ def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dic
     """Train with the library API (LocalPool for workers=0, else a RayPool); returns the state."""
     import io
 
+    from pgpong.rundir import create_run_files, open_run
     from pgpong.runlog import RunLog
-    from pgpong.trainer import Trainer, create_run_files, open_run
-    from pgpong.workers import LocalPool, RayPool
+    from pgpong.trainer import Trainer
+    from pgpong.workers import WorkerSettings, open_pool
 
     run = open_run(run_dir, {**settings, "iterations": iterations, "workers": workers})
     create_run_files(run, {})
     cfg = run.config
     own = pool is None
     if own:
-        pool = (
-            LocalPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma)
-            if workers == 0
-            else RayPool(cfg.env_id, cfg.max_episode_steps, cfg.gamma, workers)
-        )
+        pool = open_pool(WorkerSettings(cfg.env_id, cfg.max_episode_steps, cfg.gamma), workers, address=None)
     try:
-        return Trainer(cfg, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+        return Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
     finally:
         if own:
             pool.close()

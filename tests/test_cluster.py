@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_pgpong, train_in_process
-from pgpong.workers import RayPool
+from pgpong.workers import RayPool, WorkerSettings
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
 FAST_HEALTH_CHECKS = {
@@ -53,7 +53,7 @@ def test_lost_node_mid_batch_the_run_goes_on_with_identical_weights(tmp_path, cl
 
     c, worker_node = cluster
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    pool = RayPool("ALE/Pong-v5", SETTINGS["max_episode_steps"], 0.99, 2)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 2)
     assert pool.num_workers == 2
     run_dir = tmp_path / "run"
     removed = []

@@ -13,7 +13,7 @@ import pytest
 from conftest import PGPONG, run_pgpong, train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.runlog import read_progress
-from pgpong.workers import TEST_FAULT, PoolError, RayPool
+from pgpong.workers import TEST_FAULT, PoolError, RayPool, WorkerSettings
 
 SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500)
 
@@ -34,8 +34,8 @@ def assert_same_weights(state, expected):
 
 @pytest.mark.slow
 def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_instance, reference):
-    pool = RayPool("ALE/Pong-v5", int(SETTINGS["max_episode_steps"]), 0.99, 2)
-    victims = pool.call_all("ready")  # the workers' process ids
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2)
+    victims = pool.call_all("pid")  # the workers' process ids
     killed: list[int] = []
 
     def kill_one_mid_batch():
@@ -63,7 +63,7 @@ def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_inst
 def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
     monkeypatch.setenv(TEST_FAULT, "start")
     with pytest.raises(PoolError, match="could not start.*test fault"):  # gives up instead of retrying forever
-        RayPool("ALE/Pong-v5", 100, 0.99, 2)
+        RayPool(WorkerSettings("ALE/Pong-v5", 100), 2)
 
 
 def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):

@@ -9,8 +9,9 @@ from conftest import train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import EpisodeGradient
 from pgpong.rollout import EpisodeResult
+from pgpong.rundir import create_run_files, open_run
 from pgpong.runlog import RunLog, read_progress
-from pgpong.trainer import Trainer, create_run_files, open_run
+from pgpong.trainer import Trainer
 
 SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
 TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers", "barrier_s"}
@@ -74,7 +75,7 @@ class ScriptedPool:
     """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
 
     replaced = 0
-    last_batch: dict[str, float] = {}
+    last_batch_seconds: dict[str, float] = {}
 
     @property
     def num_workers(self):
@@ -102,7 +103,7 @@ def test_running_reward_follows_the_spec(tmp_path):
     scores = [-21.0, -19.0, -20.0, 5.0]
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
     create_run_files(run, {})
-    Trainer(run.config, run, ScriptedPool(scores), RunLog(run.progress_path, out=io.StringIO())).train()
+    Trainer(run, ScriptedPool(scores), RunLog(run.progress_path, out=io.StringIO())).train()
     expected, r = [], None
     for s in scores:
         r = s if r is None else 0.99 * r + 0.01 * s
@@ -136,14 +137,12 @@ def test_non_finite_gradient_stops_the_run_before_anything_is_written(tmp_path):
 
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
     create_run_files(run, {})
-    trainer = Trainer(
-        run.config, run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO())
-    )
+    trainer = Trainer(run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO()))
     with pytest.raises(TrainingDiverged, match="batch 2: the batch's summed gradient became NaN.*learning rate"):
         trainer.train()
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
-    assert [p.name for p in list_checkpoints(run.checkpoints)] == ["ckpt-000001.npz"]
-    assert np.isfinite(load_checkpoint(run.checkpoints / "ckpt-000001.npz").weights.W1).all()
+    assert [p.name for p in list_checkpoints(run.checkpoint_dir)] == ["ckpt-000001.npz"]
+    assert np.isfinite(load_checkpoint(run.checkpoint_dir / "ckpt-000001.npz").weights.W1).all()
 
 
 def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):
@@ -191,10 +190,10 @@ def test_huge_config_json_is_refused_unread(tmp_path):
 def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
     create_run_files(run, {})
-    Trainer(run.config, run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
     text = run.progress_path.read_text()
     run.progress_path.write_text(text + "3,6,600,1.")  # batch 3's row, cut short
-    (run.checkpoints / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint
+    (run.checkpoint_dir / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint
     again = open_run(tmp_path / "r", {"iterations": 2})
     create_run_files(again, {})
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
@@ -218,7 +217,7 @@ def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
     create_run_files(run, {})
     pool = RecordingPool([-21.0] * 6)
-    Trainer(run.config, run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+    Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
     assert pool.asked == [[EpisodeId(7, i, k) for k in range(2)] for i in range(3)]
     # ... and an episode id means SeedSequence([seed, batch, episode]): one stream for the
     # environment, one for the action draws.

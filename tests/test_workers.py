@@ -10,17 +10,17 @@ import pytest
 from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.workers import LocalPool, RayPool
+from pgpong.workers import LocalPool, RayPool, WorkerSettings
 
 BLAS_PROBE = textwrap.dedent(
     """
     import json
     from threadpoolctl import threadpool_info
     from pgpong.cluster import start_ray
-    from pgpong.workers import RayPool
+    from pgpong.workers import RayPool, WorkerSettings
     driver = [i["num_threads"] for i in threadpool_info()]
     start_ray(None, num_cpus=2)
-    pool = RayPool("ALE/Pong-v5", 10, 0.99, 2)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 10), 2)
     print(json.dumps({"driver": driver, "workers": pool.blas_threads()}))
     """
 )
@@ -47,7 +47,7 @@ def test_workers_use_one_blas_thread_whatever_the_driver_environment():
 
 def test_local_pool_pins_one_thread_and_restores():
 
-    pool = LocalPool("ALE/Pong-v5", 10, 0.99)
+    pool = LocalPool(WorkerSettings("ALE/Pong-v5", 10))
     try:
         assert all(n == 1 for n in pool.worker.blas_threads())
     finally:
@@ -58,13 +58,13 @@ def test_ray_pool_yields_in_episode_order(ray_instance):
     weights = Params.initial(16, 0)
     # Episode 0 is long, the others short: they finish first but come out in order.
     episodes = [EpisodeId(0, 0, k) for k in range(5)]
-    pool = RayPool("ALE/Pong-v5", 120, 0.99, 2)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2)
     try:
         results = list(pool.play_batch(weights, episodes))
     finally:
         pool.close()
     assert [r.episode for r in results] == episodes
-    local = LocalPool("ALE/Pong-v5", 120, 0.99)
+    local = LocalPool(WorkerSettings("ALE/Pong-v5", 120))
     expected = list(local.play_batch(weights, episodes))
     local.close()
     for a, b in zip(results, expected, strict=True):

@@ -1,6 +1,10 @@
-"""`pgpong bench`: training throughput against the environment's own ceiling and
-against the original algorithm, where the time goes, seconds per update for several
-batch sizes, and memory; in one run."""
+"""`pgpong bench`: training throughput against the emulator's physical limit (raw
+ALE), against Gymnasium's environment and against the original algorithm, where the
+time goes, seconds per update for several batch sizes, and memory; in one run.
+
+The raw-emulation row is the one place outside envs.py that uses ale_py itself:
+its point is to measure the emulator with nothing of Gymnasium or pgpong around it.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +24,15 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from pgpong.cluster import cluster_cpus, start_ray, stop_ray
+from pgpong.cluster import stop_ray
 from pgpong.config import ConfigError, TrainConfig
-from pgpong.envs import DOWN, UP, make_env, make_gymnasium_env
+from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
+from pgpong.rundir import create_run_files, open_run
 from pgpong.runlog import LiveLine, RunLog
-from pgpong.trainer import BatchReport, Trainer, create_run_files, open_run
-from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker
+from pgpong.trainer import BatchReport, Trainer
+from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker, WorkerSettings, open_pool
 
 PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
@@ -55,12 +60,13 @@ class BenchWorker(RolloutWorker):
     endless=True its episodes run across matches up to max_episode_steps (a long
     episode on demand, for the memory figure)."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, endless: bool = False):
+    def __init__(self, settings: WorkerSettings, endless: bool = False):
         self.endless = endless
-        super().__init__(env_id, max_episode_steps, gamma)
+        self.env_id = settings.env_id
+        super().__init__(settings)
 
     def _make_env(self) -> Any:
-        return make_env(self.env_id, self.max_episode_steps, endless=self.endless)
+        return make_env(self.env_id, self.settings.max_episode_steps, endless=self.endless)
 
     def random_play(self, seconds: float, seed: int) -> dict[str, float]:
         """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
@@ -95,17 +101,58 @@ class BenchWorker(RolloutWorker):
             "pgpong_reset_s": pgpong_reset_s,
         }
 
+    def raw_play(self, seconds: float, seed: int) -> dict[str, float]:
+        """The emulator's physical limit: ale_py.ALEInterface with this id's frameskip,
+        sticky actions and frame cap set inside ALE, random UP/DOWN, one palette-screen
+        fetch per step (the least any player needs to see the game), nothing else.
+        A random frameskip (Pong-v0) is drawn here and played as that many act() calls."""
+        import ale_py
+        from ale_py import roms
+
+        settings = emulator_settings(self.env_id)
+        frameskip = settings["frameskip"]
+        ale = ale_py.ALEInterface()
+        ale.setInt("random_seed", seed)
+        ale.setFloat("repeat_action_probability", settings["repeat_action_probability"])
+        ale.setInt("frame_skip", frameskip if isinstance(frameskip, int) else 1)
+        ale.setInt("max_num_frames_per_episode", settings["max_num_frames_per_episode"] or 0)
+        rom = roms.get_rom_path("pong")
+        assert rom is not None, "ale-py's wheel ships the Pong ROM"
+        ale.loadROM(rom)
+        rng = np.random.default_rng(seed)
+        minimal = ale.getMinimalActionSet()
+        actions = [minimal[a] for a in rng.choice([UP, DOWN], size=4096)]
+        if isinstance(frameskip, int):
+            repeats = [1] * 4096
+        else:
+            low, high = frameskip
+            repeats = rng.integers(low, high, size=4096).tolist()
+        screen = np.empty(ale.getScreenDims(), dtype=np.uint8)
+        steps = matches = 0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            action = actions[steps % 4096]
+            for _ in range(repeats[steps % 4096]):
+                ale.act(action)
+            ale.getScreen(screen)
+            steps += 1
+            if ale.game_over():
+                ale.reset_game()
+                matches += 1
+        elapsed = time.perf_counter() - began
+        return {"steps": steps, "matches": matches, "seconds": elapsed, "frames": ale.getFrameNumber()}
+
     def original_play(self, seconds: float, seed: int) -> dict[str, float]:
         """The original algorithm (pgpong.original: dense float64) playing whole episodes
         for at least `seconds`, on the same environment stepping: the speed pgpong started from."""
         from pgpong.original import play_episode_dense
 
-        env = make_env(self.env_id, self.max_episode_steps, observation="rgb")
+        env = make_env(self.env_id, self.settings.max_episode_steps, observation="rgb")
         weights = Params.initial(200, seed)
         steps = episodes = 0
         began = time.perf_counter()
         while episodes == 0 or time.perf_counter() - began < seconds:
-            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), self.gamma).steps
+            steps += play_episode_dense(env, weights, EpisodeId(seed, 0, episodes), self.settings.gamma).steps
             episodes += 1
         elapsed = time.perf_counter() - began
         env.close()
@@ -136,12 +183,15 @@ def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, An
 
 
 def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]:
-    start_ray(opts.address)
     try:
-        workers = opts.workers or cluster_cpus()
-        pool = RayPool(opts.env_id, opts.max_episode_steps, 0.99, workers, worker_class=BenchWorker)
+        settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
+        pool = open_pool(settings, opts.workers, opts.address, note=say, worker_class=BenchWorker)
+        assert isinstance(pool, RayPool)  # bench measures Ray workers: --workers 0 is refused
+        workers = pool.num_workers
         try:
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
+            say(f"raw emulation: {workers} worker(s) stepping ALE itself at random for {opts.ceiling_seconds:g} s")
+            report["raw"] = _raw(pool, opts.ceiling_seconds)
             say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
             report["ceiling"] = _ceiling(pool, opts.ceiling_seconds)
             say(
@@ -151,7 +201,7 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
             report["original"] = _original(pool, opts)
             say(f"training: batch 10, 1 warm-up + {opts.train_batches} batches")
             reports = _train(pool, opts, batch_size=10, batches=opts.train_batches)
-            report["training"] = _training_figures(reports, report["ceiling"], report["original"])
+            report["training"] = _training_figures(reports, report["raw"], report["ceiling"], report["original"])
             report["time"] = _where_time_goes(reports)
             report["updates"] = []
             for size in opts.batch_sizes:
@@ -182,6 +232,15 @@ def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "python": platform.python_version(),
         "max_episode_steps": opts.max_episode_steps,
+    }
+
+
+def _raw(pool: RayPool, seconds: float) -> dict[str, float]:
+    """All workers step raw ALE at once (one process each, as training has)."""
+    runs = pool.call_all("raw_play", seconds, 12345)
+    return {
+        "steps_per_s": sum(r["steps"] for r in runs) / max(r["seconds"] for r in runs),
+        "matches": sum(r["matches"] for r in runs),
     }
 
 
@@ -217,12 +276,12 @@ def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> 
     with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
         run = open_run(Path(scratch) / "run", settings)
         create_run_files(run, {"bench": True})
-        trainer = Trainer(run.config, run, pool, RunLog(run.progress_path, out=io.StringIO()))
+        trainer = Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO()))
         return [trainer.train_batch() for _ in range(batches + 1)][1:]
 
 
 def _training_figures(
-    reports: list[BatchReport], ceiling: dict[str, float], original: dict[str, float]
+    reports: list[BatchReport], raw: dict[str, float], ceiling: dict[str, float], original: dict[str, float]
 ) -> dict[str, float]:
     per_batch = [r.row.steps_per_s for r in reports]
     steps = sum(_batch_steps(r) for r in reports)
@@ -231,6 +290,7 @@ def _training_figures(
     return {
         "steps_per_s_median": median,
         "steps_per_s_overall": steps / seconds,
+        "ratio_to_raw": median / raw["steps_per_s"],
         "ratio_to_ceiling": median / ceiling["steps_per_s"],
         "speedup_vs_original": median / original["steps_per_s"],
         "seconds_per_batch_median": statistics.median(r.row.batch_s for r in reports),
@@ -267,7 +327,7 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     steps = sum(_batch_steps(r) for r in reports)
     record_bytes = sum(r.worker_time.get("record_bytes", 0) for r in reports)
     probe_class = ray.remote(num_cpus=1)(BenchWorker)
-    probe: Any = probe_class.remote(opts.env_id, opts.memory_steps, 0.99, True)
+    probe: Any = probe_class.remote(WorkerSettings(opts.env_id, opts.memory_steps), endless=True)
     try:
         before = ray.get(probe.peak_rss.remote(), timeout=START_SECONDS)
         episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))
@@ -287,18 +347,23 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
 
 def format_report(report: dict[str, Any]) -> str:
     """Markdown tables a user can paste into an issue."""
-    s, c, o, t, tm, m = (report[k] for k in ("setup", "ceiling", "original", "training", "time", "memory"))
+    s, r, c, o, t, tm, m = (report[k] for k in ("setup", "raw", "ceiling", "original", "training", "time", "memory"))
+
+    def row(label: str, steps_per_s: float, bold: bool = False) -> str:
+        of_raw, of_ceiling = steps_per_s / r["steps_per_s"], steps_per_s / c["steps_per_s"]
+        share = f"**{of_raw:.2f}**" if bold else f"{of_raw:.2f}"
+        return f"| {label} | {steps_per_s:,.0f} | {share} | {of_ceiling:.2f} |"
+
     lines = [
         f"pgpong bench: {s['env_id']}, {s['workers']} worker(s) on {s['cpus']} CPU(s), Python {s['python']}"
         + (f", episodes cut at {s['max_episode_steps']} steps" if s["max_episode_steps"] else ", full matches"),
         "",
-        "| throughput, all workers together | env steps/s | ratio |",
-        "| --- | ---: | ---: |",
-        f"| ceiling: Gymnasium's env, random UP/DOWN, nothing else | {c['steps_per_s']:,.0f} | 1.00 |",
-        f"| training, batch 10 (median of {t['batches']} batches) | {t['steps_per_s_median']:,.0f} |"
-        f" **{t['ratio_to_ceiling']:.2f}** |",
-        f"| the original algorithm's episodes (dense float64), no driver | {o['steps_per_s']:,.0f} |"
-        f" {o['steps_per_s'] / c['steps_per_s']:.2f} |",
+        "| throughput, all workers together | env steps/s | of raw ALE | of Gymnasium's |",
+        "| --- | ---: | ---: | ---: |",
+        row("raw emulation: ALE alone, random UP/DOWN, one screen fetch a step", r["steps_per_s"]),
+        row("ceiling: Gymnasium's env, random UP/DOWN, nothing else", c["steps_per_s"]),
+        row(f"training, batch 10 (median of {t['batches']} batches)", t["steps_per_s_median"], bold=True),
+        row("the original algorithm's episodes (dense float64), no driver", o["steps_per_s"]),
         "",
         f"Training runs {t['speedup_vs_original']:.1f} times as fast as the original algorithm on the same workers.",
         "",

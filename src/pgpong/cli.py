@@ -164,7 +164,7 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=d.ceiling_seconds,
         metavar="S",
-        help=f"seconds of random play for the ceiling (default: {d.ceiling_seconds:g})",
+        help=f"seconds of random play on raw ALE, and again on Gymnasium's env (default: {d.ceiling_seconds:g})",
     )
     p.add_argument(
         "--original-seconds",
@@ -346,17 +346,10 @@ def train(args: argparse.Namespace) -> int:
     from pgpong.cluster import ClusterError, stop_ray
     from pgpong.config import TrainConfig
     from pgpong.envs import check_env_id
+    from pgpong.rundir import RunWriteError, check_run_dir_writable, create_run_files, default_run_dir, open_run
     from pgpong.runlog import LiveProgress, RunLog, TensorBoard
-    from pgpong.trainer import (
-        RunWriteError,
-        Trainer,
-        TrainingDiverged,
-        check_run_dir_writable,
-        create_run_files,
-        default_run_dir,
-        open_run,
-    )
-    from pgpong.workers import PoolError, open_pool
+    from pgpong.trainer import Trainer, TrainingDiverged
+    from pgpong.workers import PoolError, WorkerSettings, open_pool
 
     given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
@@ -390,9 +383,7 @@ def train(args: argparse.Namespace) -> int:
     log = RunLog(run.progress_path, outputs=[LiveProgress(sys.stdout)])
     try:
         pool = open_pool(
-            config.env_id,
-            config.max_episode_steps,
-            config.gamma,
+            WorkerSettings(config.env_id, config.max_episode_steps, config.gamma),
             config.workers,
             address,
             note=lambda text: print(f"pgpong: note: {text}", file=sys.stderr, flush=True),
@@ -407,7 +398,7 @@ def train(args: argparse.Namespace) -> int:
         log.say(
             f"pgpong: {_start_line(run)} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {_where(pool)}"
         )
-        Trainer(config, run, pool, log).train()
+        Trainer(run, pool, log).train()
         log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
         return 0
     except (ClusterError, *bad_input()) as exc:  # type: ignore[misc]  # a tuple built at run time
@@ -440,7 +431,7 @@ def play(args: argparse.Namespace) -> int:
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
-    from pgpong.workers import PoolError, open_pool
+    from pgpong.workers import PoolError, WorkerSettings, open_pool
 
     check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
     check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
@@ -463,7 +454,7 @@ def play(args: argparse.Namespace) -> int:
     lines = sys.stderr if args.json else sys.stdout
     pool = None
     try:
-        pool = open_pool(env_id, args.max_episode_steps, 0.99, args.workers, address, at_most=args.episodes)
+        pool = open_pool(WorkerSettings(env_id, args.max_episode_steps), args.workers, address, at_most=args.episodes)
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
         where = _where(pool)
         how = "greedy actions" if args.greedy else "sampled actions"
@@ -612,7 +603,7 @@ def _where(pool) -> str:
 def _saved(run) -> str:
     from pgpong.checkpoint import list_checkpoints
 
-    found = list_checkpoints(run.checkpoints)
+    found = list_checkpoints(run.checkpoint_dir)
     return f"The newest checkpoint is {found[-1]}" if found else "No checkpoint was written yet"
 
 

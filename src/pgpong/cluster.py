@@ -161,7 +161,8 @@ def _set_auth_mode(mode: str) -> None:
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> None:
-    """Join the cluster at `address`, or start a local Ray instance when it is None."""
+    """Join the cluster at `address`, or start a local Ray instance when it is None.
+    A process already connected to Ray (a test's shared instance) stays as it is."""
     # Ray reads these when it is imported (and its C++ core when it starts), so they
     # are decided first.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -171,6 +172,8 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
         address = check_address(address)
     import ray
 
+    if ray.is_initialized():
+        return
     try:
         ray.init(
             address=address,

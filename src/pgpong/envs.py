@@ -45,6 +45,18 @@ def check_env_id(env_id: str) -> None:
         )
 
 
+def emulator_settings(env_id: str) -> dict[str, Any]:
+    """How Gymnasium's id drives ALE: frameskip (an int, or a (low, high) range),
+    repeat_action_probability and max_num_frames_per_episode, from its registration."""
+    _register()
+    kwargs = gym.spec(env_id).kwargs
+    return {
+        "frameskip": kwargs.get("frameskip", 4),
+        "repeat_action_probability": float(kwargs.get("repeat_action_probability", 0.25)),
+        "max_num_frames_per_episode": kwargs.get("max_num_frames_per_episode"),
+    }
+
+
 def make_env(
     env_id: str, max_episode_steps: int | None = None, endless: bool = False, observation: str = "difference"
 ) -> gym.Env:
@@ -91,10 +103,9 @@ class SeededAtari(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, env_id: str, max_episode_steps: int | None = None, observation: str = "rgb"):
-        _register()
-        spec = gym.spec(env_id)
-        self.sticky = float(spec.kwargs.get("repeat_action_probability", 0.25))
-        self.frameskip = spec.kwargs.get("frameskip", 4)
+        settings = emulator_settings(env_id)
+        self.sticky = settings["repeat_action_probability"]
+        self.frameskip = settings["frameskip"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._atari: Any = gym.make(env_id, repeat_action_probability=0.0, disable_env_checker=True).unwrapped

@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 
+class Totals(Protocol):
+    """Where a run stands (TrainingState has these)."""
+
+    batch: int
+    episodes: int
+    env_steps: int
+    wall_s: float
+    running_reward: float | None
+
+
 @dataclass
 class BatchRow:
     batch: int  # 1-based number of the batch
@@ -32,6 +42,37 @@ class BatchRow:
     workers: int
     workers_replaced: int  # workers replaced after a crash during this batch
     barrier_s: float = 0.0  # mean seconds a worker sat idle waiting for the batch's slowest episode
+
+    @classmethod
+    def of_batch(
+        cls,
+        totals: Totals,
+        batch_s: float,
+        scores: list[float],
+        lengths: list[int],
+        workers: int,
+        workers_replaced: int,
+        barrier_s: float,
+    ) -> BatchRow:
+        """The row of a batch that played episodes with `scores` and `lengths`, after
+        which the run stands at `totals`."""
+        return cls(
+            batch=totals.batch,
+            episodes=totals.episodes,
+            env_steps=totals.env_steps,
+            wall_s=totals.wall_s,
+            batch_s=batch_s,
+            running_reward=float(totals.running_reward or 0.0),  # set by the first episode ever
+            score_mean=sum(scores) / len(scores),
+            score_min=min(scores),
+            score_max=max(scores),
+            episode_len_mean=sum(lengths) / len(lengths),
+            steps_per_s=sum(lengths) / batch_s,
+            batch_episodes=len(scores),
+            workers=workers,
+            workers_replaced=workers_replaced,
+            barrier_s=barrier_s,
+        )
 
     def console_line(self) -> str:
         line = (

@@ -13,6 +13,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -34,6 +35,15 @@ START_GRACE_SECONDS = 15.0  # how long the other workers may lag the first one a
 TEST_FAULT = "_PGPONG_TEST_FAULT"
 
 
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What every rollout worker is built from: the game and how episodes are scored."""
+
+    env_id: str = "ALE/Pong-v5"
+    max_episode_steps: int | None = None  # None: full matches
+    gamma: float = 0.99
+
+
 class PoolError(RuntimeError):
     """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
 
@@ -43,7 +53,7 @@ class Pool(Protocol):
     def num_workers(self) -> int: ...  # workers running (0: this process, no Ray)
 
     replaced: int  # workers replaced after a crash, since the pool started
-    last_batch: dict[str, float]  # seconds of the last batch: "publish weights", "barrier"
+    last_batch_seconds: dict[str, float]  # where the last batch's time went: "publish weights", "barrier"
 
     def nodes(self) -> int: ...
 
@@ -57,27 +67,26 @@ class Pool(Protocol):
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float, pin_threads: bool = True):
+    def __init__(self, settings: WorkerSettings, pin_threads: bool = True):
         _test_fault("start")
-        self.env_id = env_id
-        self.max_episode_steps = max_episode_steps
+        self.settings = settings
         self.env = self._make_env()
         compile_kernels()
-        self.gamma = gamma
         if pin_threads:  # after the imports above, which may load BLAS libraries of their own
             threadpool_limits(1)
 
     def _make_env(self) -> Any:
-        return make_env(self.env_id, self.max_episode_steps)
+        return make_env(self.settings.env_id, self.settings.max_episode_steps)
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
         _test_fault("play", episode.batch)
-        return play_episode(self.env, weights, episode, self.gamma)
+        return play_episode(self.env, weights, episode, self.settings.gamma)
 
     def evaluate(self, weights: Params, match: EpisodeId, greedy: bool) -> MatchResult:
         return play_match(self.env, weights, match, greedy)
 
-    def ready(self) -> int:
+    def pid(self) -> int:
+        """This worker's process id; answering it also says the worker has started."""
         return os.getpid()
 
     def node_id(self) -> str:
@@ -108,10 +117,10 @@ class LocalPool:
 
     num_workers = 0
     replaced = 0
-    last_batch: dict[str, float] = {}
+    last_batch_seconds: dict[str, float] = {}
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, gamma: float):
-        self.worker = RolloutWorker(env_id, max_episode_steps, gamma, pin_threads=False)
+    def __init__(self, settings: WorkerSettings):
+        self.worker = RolloutWorker(settings, pin_threads=False)
         self._limit = threadpool_limits(1)  # restored by close()
 
     def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
@@ -140,9 +149,7 @@ class RayPool:
 
     def __init__(
         self,
-        env_id: str,
-        max_episode_steps: int | None,
-        gamma: float,
+        settings: WorkerSettings,
         num_workers: int | None = None,
         start_timeout: float = START_SECONDS,
         worker_class: type[RolloutWorker] = RolloutWorker,
@@ -152,13 +159,13 @@ class RayPool:
         self._ray = ray
         env_vars = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k == TEST_FAULT}}
         self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": env_vars})(worker_class)
-        self._args = (env_id, max_episode_steps, gamma)
+        self._settings = settings
         self.size = num_workers or cluster_cpus()
         self.replaced = 0
-        self.last_batch: dict[str, float] = {}
+        self.last_batch_seconds: dict[str, float] = {}
         self._failures = 0  # deaths since the last episode that finished
         self._ready: list = []  # running actors
-        self._starting: dict = {}  # ready() ref -> actor still starting
+        self._starting: dict = {}  # pid() ref -> actor still starting
         for _ in range(self.size):
             self._start_actor()
         # Wait for every worker, but once one runs, only a little longer for the rest:
@@ -176,8 +183,8 @@ class RayPool:
         return len(self._ready)
 
     def _start_actor(self) -> None:
-        actor = self._actor_class.remote(*self._args)
-        self._starting[cast(Any, actor).ready.remote()] = actor
+        actor = self._actor_class.remote(self._settings)
+        self._starting[cast(Any, actor).pid.remote()] = actor
 
     def _poll_starting(self, timeout: float) -> None:
         """Move actors whose start has finished into the ready list (or count the failure)."""
@@ -208,7 +215,7 @@ class RayPool:
         ray = self._ray
         began = time.perf_counter()
         weights_ref = ray.put(weights)  # published once; every task reads it from the object store
-        self.last_batch = {"publish weights": time.perf_counter() - began}
+        self.last_batch_seconds = {"publish weights": time.perf_counter() - began}
         todo = deque(range(len(episodes)))
         idle_since: dict = {}  # actor -> when it ran out of work in this batch
         running: dict = {}  # task ref -> (actor, position in episodes)
@@ -239,7 +246,8 @@ class RayPool:
                     idle_since.setdefault(actor, time.perf_counter())
             if not running and not todo:  # the slowest episode is in: the barrier is over
                 end = time.perf_counter()
-                self.last_batch["barrier"] = sum(end - t for t in idle_since.values()) / max(1, len(self._ready))
+                idle = sum(end - t for t in idle_since.values())
+                self.last_batch_seconds["barrier"] = idle / max(1, len(self._ready))
             while next_out in finished:
                 yield finished.pop(next_out)
                 next_out += 1
@@ -286,20 +294,19 @@ _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(.*\))?
 
 
 def open_pool(
-    env_id: str,
-    max_episode_steps: int | None,
-    gamma: float,
+    settings: WorkerSettings,
     workers: int | None,
     address: str | None,
     at_most: int | None = None,
     note: Callable[[str], None] = lambda text: None,
-) -> Pool:
+    worker_class: type[RolloutWorker] = RolloutWorker,
+) -> LocalPool | RayPool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
     locally. More workers than the cluster has CPUs are not waited for: `note` says
     how many run. Close the pool, then call stop_ray()."""
     if workers == 0:
-        return LocalPool(env_id, max_episode_steps, gamma)
+        return LocalPool(settings)
     start_ray(address)
     cpus = cluster_cpus()
     if workers is None:
@@ -307,4 +314,4 @@ def open_pool(
     elif workers > cpus:
         note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
         workers = cpus
-    return RayPool(env_id, max_episode_steps, gamma, workers)
+    return RayPool(settings, workers, worker_class=worker_class)

@@ -1,0 +1,157 @@
+"""A run directory's policy: a new run or a resumed one (which checkpoint, which
+settings may change), the checks made before anything is written, and the files a
+run needs before its first batch (config.json and its history, trimmed progress)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from pgpong.checkpoint import (
+    CheckpointError,
+    TrainingState,
+    checkpoint_bytes,
+    list_checkpoints,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
+from pgpong.config import ConfigError, TrainConfig, load_config, save_config
+from pgpong.policy import Params
+from pgpong.runlog import RunLog
+
+
+class RunWriteError(RuntimeError):
+    """The run directory could not be written (disk full, permissions, ...)."""
+
+
+@dataclasses.dataclass
+class Run:
+    """A run directory and the state training continues from."""
+
+    directory: Path
+    config: TrainConfig
+    state: TrainingState
+    resumed: bool = False  # the directory already held this run
+    resumed_from: Path | None = None  # the checkpoint it continues from (None: from the start)
+    skipped: list[str] = dataclasses.field(default_factory=list)  # damaged checkpoints passed over
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "config.json"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.directory / "progress.csv"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.directory / "checkpoints"
+
+
+def default_run_dir(config: TrainConfig, root: Path = Path("runs")) -> Path:
+    env = config.env_id.replace("/", "-")
+    return root / f"{env}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> Run:
+    """Plan a new run or a resumed one, reading but writing nothing.
+
+    `given` holds the settings the user gave. Resuming keeps the saved learning
+    settings: giving a different one is refused.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"run directory {directory} exists and is not a directory")
+    config_file = directory / "config.json"
+    if not config_file.exists():
+        if resume_from is not None:
+            raise ConfigError(f"--resume-from needs an existing run: {directory} has no config.json")
+        if directory.exists() and any(directory.iterdir()):
+            raise ConfigError(f"run directory {directory} is not empty and holds no pgpong run (no config.json)")
+        config = TrainConfig(**given).validate()
+        state = TrainingState(weights=Params.initial(config.hidden, config.seed), cache=None)  # type: ignore[arg-type]
+        state.cache = state.weights.zeros_like()
+        return Run(directory, config, state)
+
+    saved = load_config(config_file)
+    config = dataclasses.replace(saved, **given).validate()
+    changed = saved.learning_differences(config)
+    if changed:
+        what = ", ".join(f"--{n.replace('_', '-')} {getattr(saved, n)} -> {getattr(config, n)}" for n in changed)
+        raise ConfigError(
+            f"run {directory} was made with other settings ({what}); a resumed run must keep them: "
+            "drop those flags, or start a new run with another --run-dir"
+        )
+    run = Run(directory, config, state=None, resumed=True)  # type: ignore[arg-type]
+    run.state, run.resumed_from, run.skipped = _resume_state(run, resume_from)
+    return run
+
+
+def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Path | None, list[str]]:
+    if resume_from is not None:
+        state = load_checkpoint(resume_from)
+        _check_fits(run.config, state, resume_from)
+        return state, resume_from, []
+    skipped: list[str] = []
+    for path in reversed(list_checkpoints(run.checkpoint_dir)):
+        try:
+            state = load_checkpoint(path)
+            _check_fits(run.config, state, path)
+            return state, path, skipped
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+    # A run directory with no usable checkpoint starts again from the initial weights.
+    weights = Params.initial(run.config.hidden, run.config.seed)
+    return TrainingState(weights=weights, cache=weights.zeros_like()), None, skipped
+
+
+def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
+    """A checkpoint belongs to a run made with the same learning settings."""
+    if state.weights.hidden != config.hidden:
+        raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
+    recorded = {k: v for k, v in state.info.items() if k in config.to_dict()}
+    try:
+        theirs = dataclasses.replace(config, **recorded)
+    except TypeError:
+        raise CheckpointError(f"{path}: its recorded settings are unreadable") from None
+    changed = config.learning_differences(theirs)
+    if changed:
+        what = ", ".join(
+            f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed
+        )
+        raise CheckpointError(f"{path}: made with other learning settings ({what}); it belongs to another run")
+
+
+def check_run_dir_writable(run: Run) -> None:
+    """Refuse, before anything is written, a run directory that cannot take the run."""
+    existing = run.directory
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise OSError(f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):  # as root, permission bits say nothing
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run directory {run.directory}: {exc}") from None
+    needed = (run.config.keep_checkpoints + 1) * checkpoint_bytes(run.config.hidden) + 2**20
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise ConfigError(
+            f"not enough free space for the run directory {run.directory}: "
+            f"{free / 2**20:.1f} MB free, its checkpoints need about {needed / 2**20:.1f} MB"
+        )
+
+
+def create_run_files(run: Run, extra: dict) -> None:
+    """Write what the run needs before its first batch (config.json, trimmed progress)."""
+    try:
+        run.directory.mkdir(parents=True, exist_ok=True)
+        save_config(run.config, run.config_path, extra)
+        remove_stale_temporaries(run.checkpoint_dir)
+    except OSError as exc:
+        raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
+    if run.progress_path.exists():
+        RunLog(run.progress_path).trim(run.state.batch)
