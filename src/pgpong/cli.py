@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shlex
 import signal
@@ -343,84 +342,51 @@ def _fail(message: str, status: int) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    from pgpong.cluster import ClusterError, stop_ray
-    from pgpong.config import TrainConfig
-    from pgpong.envs import check_env_id
-    from pgpong.rundir import RunWriteError, check_run_dir_writable, create_run_files, default_run_dir, open_run
-    from pgpong.runlog import LiveProgress, RunLog, TensorBoard
-    from pgpong.trainer import Trainer, TrainingDiverged
-    from pgpong.workers import PoolError, WorkerSettings, open_pool
+    from pgpong.cluster import ClusterError
+    from pgpong.rundir import RunWriteError
+    from pgpong.session import TrainingSession
+    from pgpong.trainer import TrainingDiverged
+    from pgpong.workers import PoolError
 
     given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
     if args.redis_address and not args.address:
-        print("pgpong: note: --redis-address is the old name of --address", file=sys.stderr)
+        _note("--redis-address is the old name of --address")
 
-    # Everything is checked before anything is written.
-    run_dir = args.run_dir or default_run_dir(TrainConfig(**given).validate())
-    run = open_run(run_dir, given, args.resume_from)
-    config = run.config
-    check_env_id(config.env_id)
-    if run.resumed and config.iterations is not None and run.state.batch >= config.iterations:
+    session = TrainingSession.plan(given, args.run_dir, args.resume_from, address, _note)
+    run, run_dir = session.run, session.directory
+    if run.finished:
         more = max(2 * run.state.batch, run.state.batch + 1)
         print(
-            f"pgpong: {run_dir} already has its {run.state.batch} batches (--iterations {config.iterations}); "
+            f"pgpong: {run_dir} already has its {run.state.batch} batches (--iterations {run.config.iterations}); "
             f"to train on, ask for more: {_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))} "
             f"--iterations {more}",
             flush=True,
         )
         return 0
-    check_run_dir_writable(run)
-    if config.workers == 0 and address is not None:
-        print(
-            f"pgpong: note: --workers 0 plays in this process, without Ray: the Ray address {address} is not used",
-            file=sys.stderr,
-            flush=True,
-        )
-        address = None
-
-    pool = None
-    log = RunLog(run.progress_path, outputs=[LiveProgress(sys.stdout)])
     try:
-        pool = open_pool(
-            WorkerSettings(config.env_id, config.max_episode_steps, config.gamma),
-            config.workers,
-            address,
-            note=lambda text: print(f"pgpong: note: {text}", file=sys.stderr, flush=True),
-        )
-        signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
-        if config.workers and pool.num_workers != config.workers:  # config.json records what runs
-            run.config = config = dataclasses.replace(config, workers=pool.num_workers)
-        create_run_files(run, _run_info(address))
-        log.outputs.append(TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict()))
-        for message in run.skipped:
-            log.say(f"pgpong: skipped a bad checkpoint: {message}")
-        log.say(
-            f"pgpong: {_start_line(run)} in {run_dir}: {config.env_id}, batch {config.batch_size}, on {_where(pool)}"
-        )
-        Trainer(run, pool, log).train()
-        log.say(f"pgpong: done after {run.state.batch} batches; run in {run_dir}")
+        # ray.init installs its own SIGTERM handler: ours goes back once Ray is up
+        session.train(connected=lambda: signal.signal(signal.SIGTERM, _raise_terminated))
         return 0
     except (ClusterError, *bad_input()) as exc:  # type: ignore[misc]  # a tuple built at run time
         return _fail(str(exc), EXIT_BAD_INPUT)
     except (PoolError, RunWriteError) as exc:
-        return _fail(f"{exc}. {_saved(run)}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
+        return _fail(f"{exc}. {session.newest_checkpoint()}; resume with: {_resume_command(run_dir)}", EXIT_FAILED)
     except TrainingDiverged as exc:
-        return _fail(f"{exc}. {_saved(run)} (good); start a new run with a smaller --lr", EXIT_FAILED)
+        return _fail(f"{exc}. {session.newest_checkpoint()} (good); start a new run with a smaller --lr", EXIT_FAILED)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
         status = EXIT_SIGTERM if _terminated or isinstance(exc, Terminated) else EXIT_SIGINT
-        if run.config_path.exists():
-            message = f"stopped. {_saved(run)}; resume with: {_resume_command(run_dir)}"
+        if session.started():
+            message = f"stopped. {session.newest_checkpoint()}; resume with: {_resume_command(run_dir)}"
         else:
             message = "stopped before the run began; nothing was written"
         print(f"\npgpong: {message}", file=sys.stderr, flush=True)
         return status
-    finally:
-        log.close()
-        if pool is not None:
-            pool.close()
-        stop_ray()
+
+
+def _note(text: str) -> None:
+    print(f"pgpong: note: {text}", file=sys.stderr, flush=True)
 
 
 def play(args: argparse.Namespace) -> int:
@@ -431,6 +397,7 @@ def play(args: argparse.Namespace) -> int:
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
+    from pgpong.session import where as session_where
     from pgpong.workers import PoolError, WorkerSettings, open_pool
 
     check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
@@ -456,7 +423,7 @@ def play(args: argparse.Namespace) -> int:
     try:
         pool = open_pool(WorkerSettings(env_id, args.max_episode_steps), args.workers, address, at_most=args.episodes)
         signal.signal(signal.SIGTERM, _raise_terminated)  # ray.init installs its own
-        where = _where(pool)
+        where = session_where(pool)
         how = "greedy actions" if args.greedy else "sampled actions"
         print(
             f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
@@ -585,28 +552,6 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_line(run) -> str:
-    skipped = f"skipped {len(run.skipped)} bad checkpoint(s); " if run.skipped else ""
-    if run.resumed_from:
-        return f"{skipped}resuming from batch {run.state.batch} ({run.resumed_from})"
-    if run.skipped:
-        return f"{skipped}no usable checkpoint left, starting again from the initial weights"
-    return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
-
-
-def _where(pool) -> str:
-    if not pool.num_workers:
-        return "this process (no Ray)"
-    return f"{pool.num_workers} Ray worker(s) on {pool.nodes()} node(s)"
-
-
-def _saved(run) -> str:
-    from pgpong.checkpoint import list_checkpoints
-
-    found = list_checkpoints(run.checkpoint_dir)
-    return f"The newest checkpoint is {found[-1]}" if found else "No checkpoint was written yet"
-
-
 def _resume_command(run_dir: Path) -> str:
     return f"{_pgpong_command()} train --run-dir {shlex.quote(str(run_dir))}"
 
@@ -626,23 +571,6 @@ def _pgpong_command() -> str:
         return shlex.quote(str(exe.absolute().relative_to(Path.cwd())))
     except ValueError:
         return shlex.quote(str(exe.absolute()))
-
-
-def _run_info(address: str | None) -> dict:
-    from importlib.metadata import version
-
-    versions: dict[str, str | None] = {}
-    for package in ("pgpong", "numpy", "scipy", "gymnasium", "ale-py", "ray"):
-        try:
-            versions[package] = version(package)
-        except Exception:
-            versions[package] = None
-    return {
-        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(shlex.quote(a) for a in sys.argv),
-        "ray_address": address or "local",
-        "versions": versions,
-    }
 
 
 if __name__ == "__main__":

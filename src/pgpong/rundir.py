@@ -39,6 +39,12 @@ class Run:
     skipped: list[str] = dataclasses.field(default_factory=list)  # damaged checkpoints passed over
 
     @property
+    def finished(self) -> bool:
+        """A resumed run that already has its --iterations batches."""
+        iterations = self.config.iterations
+        return self.resumed and iterations is not None and self.state.batch >= iterations
+
+    @property
     def config_path(self) -> Path:
         return self.directory / "config.json"
 

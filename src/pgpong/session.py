@@ -1,0 +1,129 @@
+"""A training session: from the settings the user gave to a trained run directory.
+
+It plans the run (new or resumed; every check made before anything is written),
+opens the pool, writes the run's files, wires the outputs and trains. cli.py calls
+it and turns what it raises into messages and exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from pgpong.checkpoint import list_checkpoints
+from pgpong.cluster import stop_ray
+from pgpong.config import TrainConfig
+from pgpong.envs import check_env_id
+from pgpong.rundir import Run, check_run_dir_writable, create_run_files, default_run_dir, open_run
+from pgpong.runlog import LiveProgress, RunLog, TensorBoard
+from pgpong.trainer import Trainer
+from pgpong.workers import Pool, WorkerSettings, open_pool
+
+
+class TrainingSession:
+    """Plan with `plan()`, then `train()`; `newest_checkpoint()` says what is saved."""
+
+    def __init__(self, run: Run, address: str | None, note: Callable[[str], None]):
+        self.run = run
+        self.address = address
+        self.note = note
+
+    @classmethod
+    def plan(
+        cls,
+        given: dict,
+        run_dir: Path | None,
+        resume_from: Path | None,
+        address: str | None,
+        note: Callable[[str], None],
+    ) -> TrainingSession:
+        """Read the run directory and check everything; writes nothing."""
+        run_dir = run_dir or default_run_dir(TrainConfig(**given).validate())
+        run = open_run(run_dir, given, resume_from)
+        check_env_id(run.config.env_id)
+        if not run.finished:
+            check_run_dir_writable(run)
+        if run.config.workers == 0 and address is not None:
+            note(f"--workers 0 plays in this process, without Ray: the Ray address {address} is not used")
+            address = None
+        return cls(run, address, note)
+
+    @property
+    def directory(self) -> Path:
+        return self.run.directory
+
+    def train(self, out: TextIO | None = None, connected: Callable[[], object] = lambda: None) -> None:
+        """Open the pool (then call `connected`), write the run's files and train
+        until --iterations; the pool and Ray are closed however it ends."""
+        out = out or sys.stdout
+        run, config = self.run, self.run.config
+        pool: Pool | None = None
+        log = RunLog(run.progress_path, outputs=[LiveProgress(out)], out=out)
+        try:
+            settings = WorkerSettings(config.env_id, config.max_episode_steps, config.gamma)
+            pool = open_pool(settings, config.workers, self.address, note=self.note)
+            connected()
+            if config.workers and pool.num_workers != config.workers:  # config.json records what runs
+                run.config = config = dataclasses.replace(config, workers=pool.num_workers)
+            create_run_files(run, run_info(self.address))
+            log.outputs.append(
+                TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict())
+            )
+            for message in run.skipped:
+                log.say(f"pgpong: skipped a bad checkpoint: {message}")
+            log.say(
+                f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
+                f"on {where(pool)}"
+            )
+            Trainer(run, pool, log).train()
+            log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")
+        finally:
+            log.close()
+            if pool is not None:
+                pool.close()
+            stop_ray()
+
+    def started(self) -> bool:
+        """Whether the run directory holds this run (its config.json was written)."""
+        return self.run.config_path.exists()
+
+    def newest_checkpoint(self) -> str:
+        found = list_checkpoints(self.run.checkpoint_dir)
+        return f"The newest checkpoint is {found[-1]}" if found else "No checkpoint was written yet"
+
+
+def start_line(run: Run) -> str:
+    skipped = f"skipped {len(run.skipped)} bad checkpoint(s); " if run.skipped else ""
+    if run.resumed_from:
+        return f"{skipped}resuming from batch {run.state.batch} ({run.resumed_from})"
+    if run.skipped:
+        return f"{skipped}no usable checkpoint left, starting again from the initial weights"
+    return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
+
+
+def where(pool: Pool) -> str:
+    if not pool.num_workers:
+        return "this process (no Ray)"
+    return f"{pool.num_workers} Ray worker(s) on {pool.nodes()} node(s)"
+
+
+def run_info(address: str | None) -> dict:
+    """What config.json records beside the settings: when, the command, where, versions."""
+    from importlib.metadata import version
+
+    versions: dict[str, str | None] = {}
+    for package in ("pgpong", "numpy", "scipy", "gymnasium", "ale-py", "ray"):
+        try:
+            versions[package] = version(package)
+        except Exception:
+            versions[package] = None
+    return {
+        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "ray_address": address or "local",
+        "versions": versions,
+    }
