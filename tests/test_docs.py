@@ -1,5 +1,6 @@
-"""The defaults people read (`pgpong train --help`, the README's settings table) are
-TrainConfig's, so changing a default without its documentation fails here."""
+"""The defaults people read (`pgpong train --help`, `pgpong bench --help`, the README's
+settings table) are TrainConfig's and BenchOptions', so changing a default without its
+documentation fails here."""
 
 import dataclasses
 import re
@@ -8,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_pgpong
-from pgpong.cli import SHOWN_DEFAULTS
-from pgpong.config import TrainConfig
+from pgpong.config import BenchOptions, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = {"no limit": None, "full matches": None, "CPUs of the Ray cluster": None, "the CPUs of the Ray cluster": None}
@@ -41,17 +41,25 @@ def test_readme_table_shows_every_default():
         assert same(shown[field.name], field.default), (field.name, shown[field.name], field.default)
 
 
-@pytest.fixture(scope="module")
-def help_text():
-    proc = run_pgpong("train", "--help", timeout=60)
+def expected_default(field: dataclasses.Field) -> str:
+    # A None default is said in words; any other must be the value itself.
+    if field.default is None:
+        assert field.metadata["shown"], field.name
+        return field.metadata["shown"]
+    if isinstance(field.default, tuple):
+        return ",".join(map(str, field.default))
+    return str(field.default)
+
+
+@pytest.mark.parametrize("command", [TrainConfig, BenchOptions])
+def test_help_shows_every_default(command):
+    name = "train" if command is TrainConfig else "bench"
+    proc = run_pgpong(name, "--help", timeout=60)
     assert proc.returncode == 0
-    return " ".join(proc.stdout.split())
-
-
-def test_help_shows_every_default(help_text):
-    for field in dataclasses.fields(TrainConfig):
+    help_text = " ".join(proc.stdout.split())
+    for field in dataclasses.fields(command):
         flag = "--" + field.name.replace("_", "-")
         assert flag in help_text
-        shown = SHOWN_DEFAULTS.get(field.name, field.default)
-        assert f"(default: {shown})" in help_text, (field.name, shown)
-    assert "1e-4 is the 2016 setting" in help_text
+        assert f"(default: {expected_default(field)})" in help_text, (field.name, expected_default(field))
+    if command is TrainConfig:
+        assert "1e-4 is the 2016 setting" in help_text and "--lr" in help_text

@@ -18,14 +18,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from pgpong.cluster import stop_ray
-from pgpong.config import ConfigError, TrainConfig
+from pgpong.config import BenchOptions
 from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
@@ -37,21 +36,6 @@ from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker,
 PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
 ORIGINAL_BYTES_PER_STEP = 6400 * 8 + 200 * 8 + 3 * 8  # float64 x, h, dlogp, reward, as the original keeps them
-
-
-@dataclass
-class BenchOptions:
-    workers: int | None = None
-    env_id: str = "ALE/Pong-v5"
-    batch_sizes: tuple[int, ...] = (1, 10, 60)
-    train_batches: int = 3  # measured after one warm-up batch
-    update_batches: int = 2  # per batch size, after one warm-up batch
-    ceiling_seconds: float = 10.0
-    original_seconds: float = 10.0
-    max_episode_steps: int | None = None
-    memory_steps: int = 10_000
-    address: str | None = None
-    seed: int = 0
 
 
 class BenchWorker(RolloutWorker):
@@ -396,18 +380,3 @@ def format_report(report: dict[str, Any]) -> str:
 
 def print_report(report: dict[str, Any], as_json: bool, out: TextIO = sys.stdout) -> None:
     print(json.dumps(report, indent=2) if as_json else format_report(report), file=out, flush=True)
-
-
-def validate(opts: BenchOptions) -> None:
-    """Raise ConfigError on a value bench cannot use (shares TrainConfig's checks)."""
-    TrainConfig(env_id=opts.env_id, max_episode_steps=opts.max_episode_steps, workers=opts.workers).validate()
-    if opts.workers == 0:
-        raise ConfigError("--workers must be at least 1 for bench (it measures Ray workers)")
-    if not opts.batch_sizes or min(opts.batch_sizes) < 1:
-        raise ConfigError(f"--batch-sizes must be positive whole numbers, got {opts.batch_sizes}")
-    for name in ("train_batches", "update_batches", "memory_steps"):
-        if getattr(opts, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
-    for name in ("ceiling_seconds", "original_seconds"):
-        if not getattr(opts, name) > 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(opts, name)}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from pgpong import __version__
-from pgpong.config import ConfigError, check, settings
+from pgpong.config import BenchOptions, ConfigError, TrainConfig, add_flags, check, given
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -26,14 +26,6 @@ in the worker, and OMP/OPENBLAS/MKL_NUM_THREADS=1 in its environment), so N work
 use N cores instead of fighting over them. Exporting those variables yourself after
 Python has imported numpy has no effect; pgpong does it for you.
 """
-
-
-SHOWN_DEFAULTS = {
-    "iterations": "no limit",
-    "workers": "the CPUs of the Ray cluster",
-    "max_episode_steps": "full matches",
-}
-METAVARS = {"env_id": "ID", "learning_rate": "RATE", "gamma": "GAMMA", "decay_rate": "RATE"}
 
 
 class Terminated(KeyboardInterrupt):
@@ -119,70 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench = sub.add_parser(
         "bench",
-        help="measure training speed against the environment's own ceiling",
-        description="Measure, in one run: the environment's ceiling (random play), training "
-        "throughput and its ratio to the ceiling, the original dense algorithm's speed, where "
-        "the time goes, seconds per update for several batch sizes, and memory. Prints "
-        "Markdown tables (or --json).",
+        help="measure training speed against the emulator's own limit",
+        description="Measure, in one run: the emulator's limit (raw ALE, random play), Gymnasium's "
+        "ceiling (its environment, random play), training throughput and its share of both, the "
+        "original dense algorithm's speed, where the time goes, seconds per update for several "
+        "batch sizes, and memory. Prints Markdown tables (or --json).",
     )
     _add_bench_arguments(bench)
     return parser
 
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    from pgpong.bench import BenchOptions
-
-    d = BenchOptions()
-    p.add_argument(
-        "--workers", type=int, default=None, metavar="N", help="Ray workers (default: the CPUs of the Ray cluster)"
-    )
-    p.add_argument("--env-id", default=d.env_id, metavar="ID", help=f"environment id (default: {d.env_id})")
-    p.add_argument(
-        "--batch-sizes",
-        type=_int_list,
-        default=d.batch_sizes,
-        metavar="LIST",
-        help="batch sizes of the seconds-per-update table (default: 1,10,60)",
-    )
-    p.add_argument(
-        "--train-batches",
-        type=int,
-        default=d.train_batches,
-        metavar="N",
-        help=f"batches of 10 measured for throughput, after a warm-up batch (default: {d.train_batches})",
-    )
-    p.add_argument(
-        "--update-batches",
-        type=int,
-        default=d.update_batches,
-        metavar="N",
-        help=f"batches timed per batch size, after a warm-up batch (default: {d.update_batches})",
-    )
-    p.add_argument(
-        "--ceiling-seconds",
-        type=float,
-        default=d.ceiling_seconds,
-        metavar="S",
-        help=f"seconds of random play on raw ALE, and again on Gymnasium's env (default: {d.ceiling_seconds:g})",
-    )
-    p.add_argument(
-        "--original-seconds",
-        type=float,
-        default=d.original_seconds,
-        metavar="S",
-        help=f"seconds the original dense algorithm plays, for comparison (default: {d.original_seconds:g})",
-    )
-    p.add_argument(
-        "--max-episode-steps", type=int, default=None, metavar="N", help="cut episodes short (default: full matches)"
-    )
-    p.add_argument(
-        "--memory-steps",
-        type=int,
-        default=d.memory_steps,
-        metavar="N",
-        help=f"length of the episode whose peak memory is measured (default: {d.memory_steps:,})",
-    )
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
+    add_flags(p, BenchOptions)
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
@@ -247,28 +187,8 @@ def _add_play_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-
-
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
-    types = {"env_id": str, "learning_rate": float, "gamma": float, "decay_rate": float}
-    for f in settings():
-        flags = ["--" + f.name.replace("_", "-")]
-        if f.name == "learning_rate":
-            flags.append("--lr")
-        default = SHOWN_DEFAULTS.get(f.name, f.default)
-        p.add_argument(
-            *flags,
-            dest=f.name,
-            type=types.get(f.name, int),
-            default=None,
-            metavar=METAVARS.get(f.name, "N"),
-            help=f"{f.metadata['help']} (default: {default})",
-        )
+    add_flags(p, TrainConfig)
     p.add_argument(
         "--run-dir",
         type=Path,
@@ -348,12 +268,12 @@ def train(args: argparse.Namespace) -> int:
     from pgpong.trainer import TrainingDiverged
     from pgpong.workers import PoolError
 
-    given = {f.name: getattr(args, f.name) for f in settings() if getattr(args, f.name) is not None}
+    settings = given(args, TrainConfig)
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
     if args.redis_address and not args.address:
         _note("--redis-address is the old name of --address")
 
-    session = TrainingSession.plan(given, args.run_dir, args.resume_from, address, _note)
+    session = TrainingSession.plan(settings, args.run_dir, args.resume_from, address, _note)
     run, run_dir = session.run, session.directory
     if run.finished:
         more = max(2 * run.state.batch, run.state.batch + 1)
@@ -520,24 +440,12 @@ def weights(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from pgpong.bench import BenchOptions, print_report, run_bench, validate
+    from pgpong.bench import print_report, run_bench
     from pgpong.cluster import ClusterError
     from pgpong.envs import check_env_id
     from pgpong.workers import PoolError
 
-    opts = BenchOptions(
-        workers=args.workers,
-        env_id=args.env_id,
-        batch_sizes=args.batch_sizes,
-        train_batches=args.train_batches,
-        update_batches=args.update_batches,
-        ceiling_seconds=args.ceiling_seconds,
-        original_seconds=args.original_seconds,
-        max_episode_steps=args.max_episode_steps,
-        memory_steps=args.memory_steps,
-        address=args.address or os.environ.get("RAY_ADDRESS") or None,
-    )
-    validate(opts)
+    opts = BenchOptions(**{"address": os.environ.get("RAY_ADDRESS") or None, **given(args, BenchOptions)}).validate()
     check_env_id(opts.env_id)
     try:
         report = run_bench(opts)

@@ -1,7 +1,10 @@
-"""Training settings: every one with its default, a one-line meaning and a check."""
+"""Settings: every one with its default, a one-line meaning, how its flag reads and a
+check. TrainConfig is `pgpong train`'s, BenchOptions `pgpong bench`'s; the command
+line is built from them (add_flags), so a flag and its setting cannot drift apart."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -18,30 +21,55 @@ class ConfigError(ValueError):
     """A setting has a value pgpong cannot use; the message says which and why."""
 
 
-def _setting(default: Any, help: str, *, learning: bool = True) -> Any:
-    # learning=True: the setting shapes what is learned, so a resumed run must keep it.
-    return field(default=default, metadata={"help": help, "learning": learning})
+def _setting(
+    default: Any,
+    help: str,
+    *,
+    learning: bool = True,
+    metavar: str = "N",
+    shown: str | None = None,
+    parse: Any = None,
+    aliases: tuple[str, ...] = (),
+) -> Any:
+    """A setting and its flag. learning=True: it shapes what is learned, so a resumed
+    run must keep it. `shown` is the default as --help says it (when None is not
+    self-explanatory), `parse` turns the flag's text into the value (default: the
+    type of the field), `aliases` are further flag names."""
+    metadata = {"help": help, "learning": learning, "metavar": metavar, "shown": shown, "parse": parse}
+    return field(default=default, metadata={**metadata, "aliases": aliases})
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,10,60' -> (1, 10, 60), for list flags."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    env_id: str = _setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment")
+    env_id: str = _setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment", metavar="ID")
     hidden: int = _setting(200, "hidden units H of the policy network")
     batch_size: int = _setting(10, "episodes per weight update")
     learning_rate: float = _setting(
-        3e-3, "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)"
+        3e-3,
+        "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
+        metavar="RATE",
+        aliases=("--lr",),
     )
-    gamma: float = _setting(0.99, "discount factor for rewards")
-    decay_rate: float = _setting(0.99, "RMSProp decay of the squared-gradient cache")
+    gamma: float = _setting(0.99, "discount factor for rewards", metavar="GAMMA")
+    decay_rate: float = _setting(0.99, "RMSProp decay of the squared-gradient cache", metavar="RATE")
     seed: int = _setting(0, "seed of the run: episode k of batch i uses SeedSequence([seed, i, k])")
-    max_episode_steps: int | None = _setting(None, "cut episodes after this many agent steps")
+    max_episode_steps: int | None = _setting(None, "cut episodes after this many agent steps", shown="full matches")
     iterations: int | None = _setting(
-        None, "stop after this many batches in all, counting resumed ones", learning=False
+        None, "stop after this many batches in all, counting resumed ones", learning=False, shown="no limit"
     )
     workers: int | None = _setting(
         None,
         "rollout workers; 0 = play in this process, without Ray",
         learning=False,
+        shown="the CPUs of the Ray cluster",
     )
     keep_checkpoints: int = _setting(3, "how many of the newest checkpoints to keep", learning=False)
 
@@ -103,9 +131,79 @@ class TrainConfig:
         ]
 
 
-def settings() -> list[dataclasses.Field]:
-    """The fields of TrainConfig, in order, for building the command line."""
-    return list(dataclasses.fields(TrainConfig))
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `pgpong bench` measures, and for how long."""
+
+    workers: int | None = _setting(None, "Ray workers", shown="the CPUs of the Ray cluster")
+    env_id: str = _setting("ALE/Pong-v5", "environment id", metavar="ID")
+    batch_sizes: tuple[int, ...] = _setting(
+        (1, 10, 60), "batch sizes of the seconds-per-update table", metavar="LIST", shown="1,10,60", parse=int_list
+    )
+    train_batches: int = _setting(3, "batches of 10 measured for throughput, after a warm-up batch")
+    update_batches: int = _setting(2, "batches timed per batch size, after a warm-up batch")
+    ceiling_seconds: float = _setting(
+        10.0, "seconds of random play on raw ALE, and again on Gymnasium's env", metavar="S"
+    )
+    original_seconds: float = _setting(10.0, "seconds the original dense algorithm plays, for comparison", metavar="S")
+    max_episode_steps: int | None = _setting(None, "cut episodes short", shown="full matches")
+    memory_steps: int = _setting(10_000, "length of the episode whose peak memory is measured")
+    address: str | None = _setting(
+        None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else a local Ray instance"
+    )
+    seed: int = _setting(0, "seed of the measured training batches")
+
+    def validate(self) -> BenchOptions:
+        """Return self, or raise ConfigError on a value bench cannot use (TrainConfig's checks where shared)."""
+        TrainConfig(
+            env_id=self.env_id, max_episode_steps=self.max_episode_steps, workers=self.workers, seed=self.seed
+        ).validate()
+        check(self.workers != 0, "--workers must be at least 1 for bench (it measures Ray workers)")
+        check(
+            bool(self.batch_sizes) and min(self.batch_sizes) >= 1,
+            f"--batch-sizes must be positive whole numbers, got {self.batch_sizes}",
+        )
+        for name in ("train_batches", "update_batches", "memory_steps"):
+            value = getattr(self, name)
+            check(_is_int(value) and value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("ceiling_seconds", "original_seconds"):
+            value = getattr(self, name)
+            check(_is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+        return self
+
+
+def settings(cls: type = TrainConfig) -> list[dataclasses.Field]:
+    """The fields of a settings class, in order, for building the command line."""
+    return list(dataclasses.fields(cls))
+
+
+def shown_default(f: dataclasses.Field) -> str:
+    """A setting's default as --help and the README say it."""
+    if f.metadata.get("shown"):
+        return f.metadata["shown"]
+    return ",".join(map(str, f.default)) if isinstance(f.default, tuple) else str(f.default)
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per setting of `cls`, each defaulting to None: what the user did not
+    give stays the setting's own default (or, on resume, the run's)."""
+    kinds = {"str": str, "float": float}
+    for f in settings(cls):
+        kind = str(f.type).split(" ")[0]
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            *f.metadata["aliases"],
+            dest=f.name,
+            type=f.metadata["parse"] or kinds.get(kind, int),
+            default=None,
+            metavar=f.metadata["metavar"],
+            help=f"{f.metadata['help']} (default: {shown_default(f)})",
+        )
+
+
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The settings of `cls` that the command line gave."""
+    return {f.name: getattr(args, f.name) for f in settings(cls) if getattr(args, f.name, None) is not None}
 
 
 MAX_CONFIG_BYTES = 1 << 20
