@@ -1,6 +1,7 @@
 import numpy as np
 
-from pgpong.frames import D, dense_difference, preprocess, sparse_difference, to_dense
+from pgpong.frames import D, preprocess, sparse_difference
+from pgpong.original import dense_difference, to_dense
 
 BACKGROUND = (144, 72, 17)  # Pong's brown background
 OTHER_BACKGROUND = (109, 118, 43)

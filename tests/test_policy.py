@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from pgpong.frames import D
-from pgpong.policy import Params, RMSProp, backward, forward, forward_dense, inputs_matrix
+from pgpong.original import forward_dense
+from pgpong.policy import Params, RMSProp, backward, forward, inputs_matrix
 
 
 def small_episode(rng, steps=9, inputs=12, hidden=5):

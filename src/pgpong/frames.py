@@ -120,14 +120,3 @@ def _palette_difference(new, old, foreground, indices, values):
                     values[found] = change
                     found += 1
     return found
-
-
-def dense_difference(current: np.ndarray, previous: np.ndarray) -> np.ndarray:
-    """The plain float form of the same difference (reference for tests and tools)."""
-    return current.astype(np.float32) - previous.astype(np.float32)
-
-
-def to_dense(indices: np.ndarray, values: np.ndarray, size: int = D) -> np.ndarray:
-    dense = np.zeros(size, dtype=np.float32)
-    dense[indices] = values
-    return dense

@@ -2,8 +2,9 @@
 a dense float64 vector of 6400 values, a full 200x6400 product per step, and every
 input and hidden vector kept until the episode ends.
 
-pgpong does not train with it. The tests check pgpong's sparse float32 gradients
-against it, and `pgpong bench` times it to show what the faster path gains.
+pgpong does not train with it. The tests check pgpong's sparse float32 inputs,
+forward pass and gradients against it, and `pgpong bench` times it to show what the
+faster path gains.
 """
 
 from __future__ import annotations
@@ -62,3 +63,21 @@ def play_episode_dense(env, weights: Params, episode: EpisodeId, gamma: float) -
     dh[eph <= 0] = 0
     dW1 = dh.T @ epx
     return DenseEpisode(dW1, dW2, float(sum(rewards)), len(rewards))
+
+
+def forward_dense(weights: Params, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The forward pass with a dense input: the reference policy.forward must match."""
+    h = np.maximum(weights.W1 @ x, 0)
+    return h, float(1.0 / (1.0 + np.exp(-float(h @ weights.W2))))
+
+
+def dense_difference(current: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """The plain float form of the input difference (frames.sparse_difference's reference)."""
+    return current.astype(np.float32) - previous.astype(np.float32)
+
+
+def to_dense(indices: np.ndarray, values: np.ndarray, size: int = D) -> np.ndarray:
+    """A sparse input (indices, values) as a dense vector."""
+    dense = np.zeros(size, dtype=np.float32)
+    dense[indices] = values
+    return dense

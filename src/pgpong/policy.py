@@ -48,11 +48,6 @@ class Params:
     def zeros_like(self) -> Params:
         return Params(np.zeros_like(self.W1, order="F"), np.zeros_like(self.W2))
 
-    def add_(self, other: Params) -> Params:
-        self.W1 += other.W1
-        self.W2 += other.W2
-        return self
-
     @property
     def hidden(self) -> int:
         return self.W2.shape[0]
@@ -92,12 +87,6 @@ def compile_kernels() -> None:
         tiny = Params.of(np.zeros((2, D)), np.zeros(2))
         tiny.W1.flags.writeable = tiny.W2.flags.writeable = writable
         forward(tiny, np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int8))
-
-
-def forward_dense(weights: Params, x: np.ndarray) -> tuple[np.ndarray, float]:
-    """The same forward pass with a dense input: the reference the sparse one must match."""
-    h = np.maximum(weights.W1 @ x, 0)
-    return h, _sigmoid(float(h @ weights.W2))
 
 
 def inputs_matrix(indices: np.ndarray, values: np.ndarray, indptr: np.ndarray, inputs: int = D) -> sp.csr_matrix:
