@@ -73,15 +73,30 @@ def test_sticky_actions_per_frame_at_the_spec_rate():
     assert env.sticky == 0.25 and env.frameskip == 4
     env.ale = recorder = RecordingALE(env.ale)
     env.reset(seed=7)
-    wanted = [UP, DOWN] * 1000  # alternate, so a stuck frame shows
+    wanted = [UP, DOWN] * 1500  # alternate, so every stuck frame shows
+    steps = 0
     for a in wanted:
+        steps += 1
         if env.step(a)[2]:
-            env.reset()
-    acts = recorder.acted
-    steps = len(acts) // 4
+            break
     actions = env.ale.getMinimalActionSet()
-    stuck_first_frames = sum(acts[4 * t] != actions[wanted[t]] for t in range(1, steps))
-    assert 0.2 < stuck_first_frames / (steps - 1) < 0.3  # P(stick) = 0.25 per frame
+    acts = recorder.acted
+    assert len(acts) == 4 * steps
+    # Every frame: it keeps the previous frame's action with probability 0.25, else takes
+    # the wanted one. So a step plays j frames of the previous action, then only the wanted one.
+    stuck = []
+    held = actions[0]  # NOOP after a reset
+    for t in range(steps):
+        frames = acts[4 * t : 4 * t + 4]
+        j = next((i for i, f in enumerate(frames) if f != held), 4)
+        assert all(f == actions[wanted[t]] for f in frames[j:]), (t, frames)
+        stuck.append(j)
+        held = frames[-1]
+    n = len(stuck)
+    # P(j >= k) = 0.25**k: each further stuck frame is a new draw
+    for k, expected in ((1, 0.25), (2, 0.0625), (3, 0.015625)):
+        share = sum(j >= k for j in stuck) / n
+        assert abs(share - expected) < 4 * (expected * (1 - expected) / n) ** 0.5 + 1e-3, (k, share)
 
 
 def test_same_seed_same_match_different_seed_different_match():

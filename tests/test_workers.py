@@ -10,7 +10,7 @@ import pytest
 from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.workers import LocalPool, RayPool, WorkerSettings
+from pgpong.workers import TEST_FAULT, LocalPool, RayPool, WorkerSettings
 
 BLAS_PROBE = textwrap.dedent(
     """
@@ -46,17 +46,28 @@ def test_workers_use_one_blas_thread_whatever_the_driver_environment():
 
 
 def test_local_pool_pins_one_thread_and_restores():
+    from threadpoolctl import threadpool_info, threadpool_limits
 
-    pool = LocalPool(WorkerSettings("ALE/Pong-v5", 10))
-    try:
-        assert all(n == 1 for n in pool.worker.blas_threads())
-    finally:
-        pool.close()
+    def threads() -> dict[str, int]:
+        return {info["filepath"]: info["num_threads"] for info in threadpool_info()}
+
+    with threadpool_limits(3):  # whatever this machine's default, the driver now runs 3
+        before = threads()
+        assert before and set(before.values()) == {3}
+        pool = LocalPool(WorkerSettings("ALE/Pong-v5", 10))
+        try:
+            assert set(threads().values()) == {1}  # also libraries loaded since (scipy's BLAS)
+        finally:
+            pool.close()
+        after = threads()
+        assert {lib: after[lib] for lib in before} == before  # close() gave the driver its threads back
 
 
-def test_ray_pool_yields_in_episode_order(ray_instance):
+def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     weights = Params.initial(16, 0)
-    # Episode 0 is long, the others short: they finish first but come out in order.
+    # Episode 0 takes 2 s longer than the others (about 0.05 s each), so it finishes
+    # last, yet it must come out first.
+    monkeypatch.setenv(TEST_FAULT, "slow:0")
     episodes = [EpisodeId(0, 0, k) for k in range(5)]
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2)
     try:

@@ -79,7 +79,7 @@ class RolloutWorker:
         return make_env(self.settings.env_id, self.settings.max_episode_steps)
 
     def play(self, weights: Params, episode: EpisodeId) -> EpisodeResult:
-        _test_fault("play", episode.batch)
+        _test_fault("play", episode)
         return play_episode(self.env, weights, episode, self.settings.gamma)
 
     def evaluate(self, weights: Params, match: EpisodeId, greedy: bool) -> MatchResult:
@@ -99,17 +99,24 @@ class RolloutWorker:
         return [info["num_threads"] for info in threadpool_info()]
 
 
-def _test_fault(stage: str, batch: int = 0) -> None:
-    """Fail on purpose when a test asks: 'start' (constructor raises) or 'crash:N'
-    (the process kills itself in every episode of batch N and later)."""
+def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
+    """Misbehave on purpose when a test asks: 'start' (the constructor raises),
+    'crash:N' (the process kills itself in every episode of batch N and later),
+    'slow:K' (episode K of every batch takes 2 s longer), 'hang' (episodes never end)."""
     fault = os.environ.get(TEST_FAULT)
     if not fault:
         return
     kind, _, arg = fault.partition(":")
     if kind == "start" and stage == "start":
         raise RuntimeError("test fault: this worker cannot start")
-    if kind == "crash" and stage == "play" and batch >= int(arg or 0):
+    if stage != "play" or episode is None:
+        return
+    if kind == "crash" and episode.batch >= int(arg or 0):
         os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "slow" and episode.episode == int(arg):
+        time.sleep(2.0)
+    if kind == "hang":
+        time.sleep(3600)
 
 
 class LocalPool:
