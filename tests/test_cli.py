@@ -72,6 +72,50 @@ def test_train_end_to_end_on_ray(tmp_path):
     assert state.batch == 2 and state.weights.W1.shape == (200, 6400)
 
 
+NO_RAY_TRAIN = """
+import sys
+from pgpong.cli import main
+status = main(sys.argv[1:])
+print("ray imported" if "ray" in sys.modules else "no ray")
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "Pong-v0", "PongNoFrameskip-v4"])
+def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_path, env_id):
+    import json
+    import sys
+
+    run_dir = tmp_path / "run"
+    settings = ["train", "--env-id", env_id, "--workers", "0", "--iterations", "1", "--batch-size", "1"]
+    settings += ["--max-episode-steps", "40", "--hidden", "8", "--seed", "3", "--run-dir", str(run_dir)]
+    proc = subprocess.run([sys.executable, "-c", NO_RAY_TRAIN, *settings], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "no ray"  # --workers 0 never even imports Ray
+    assert "this process (no Ray)" in proc.stdout
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["config"] == {
+        "env_id": env_id,
+        "hidden": 8,
+        "batch_size": 1,
+        "learning_rate": 3e-3,
+        "gamma": 0.99,
+        "decay_rate": 0.99,
+        "seed": 3,
+        "max_episode_steps": 40,
+        "iterations": 1,
+        "workers": 0,
+        "keep_checkpoints": 3,
+    }
+    assert saved["ray_address"] == "local" and "--env-id" in saved["command"]
+    assert {"pgpong", "numpy", "gymnasium", "ale-py", "ray"} <= set(saved["versions"])
+    assert saved["versions"]["ale-py"] and saved["written"][:2] == "20"
+    (row,) = read_progress(run_dir / "progress.csv")
+    assert row["env_steps"] == "40"  # one episode, cut at 40 steps
+    state = load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
+    assert state.info["env_id"] == env_id and state.weights.hidden == 8
+
+
 BAD_INPUTS = [
     (["--batch-size", "0"], ["--batch-size"]),
     (["--learning-rate", "-0.1"], ["--learning-rate"]),

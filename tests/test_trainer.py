@@ -5,10 +5,9 @@ import io
 import numpy as np
 import pytest
 
-from conftest import train_in_process
+from conftest import ScriptedPool, train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import EpisodeGradient
-from pgpong.rollout import EpisodeResult
 from pgpong.rundir import create_run_files, open_run
 from pgpong.runlog import RunLog, read_progress
 from pgpong.trainer import Trainer
@@ -71,34 +70,6 @@ def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
     assert saved.info["env_id"] == "ALE/Pong-v5" and saved.info["hidden"] == 32
 
 
-class ScriptedPool:
-    """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
-
-    replaced = 0
-    last_batch_seconds: dict[str, float] = {}
-
-    @property
-    def num_workers(self):
-        return 0
-
-    def nodes(self):
-        return 1
-
-    def __init__(self, scores):
-        self.scores = iter(scores)
-
-    def play_batch(self, weights, episodes):
-        for episode in episodes:
-            empty = EpisodeGradient(np.zeros(0, np.intp), np.zeros((weights.hidden, 0), np.float32), weights.W2 * 0)
-            yield EpisodeResult(episode, empty, next(self.scores), steps=100, seconds=0.1)
-
-    def evaluate(self, weights, matches, greedy=False):
-        raise NotImplementedError
-
-    def close(self):
-        pass
-
-
 def test_running_reward_follows_the_spec(tmp_path):
     scores = [-21.0, -19.0, -20.0, 5.0]
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
@@ -143,60 +114,6 @@ def test_non_finite_gradient_stops_the_run_before_anything_is_written(tmp_path):
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
     assert [p.name for p in list_checkpoints(run.checkpoint_dir)] == ["ckpt-000001.npz"]
     assert np.isfinite(load_checkpoint(run.checkpoint_dir / "ckpt-000001.npz").weights.W1).all()
-
-
-def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):
-    import json
-
-    run = open_run(tmp_path / "r", {**SETTINGS, "iterations": 1})
-    create_run_files(run, {"command": "pgpong train first", "written": "t0"})
-    for k in (1, 2):
-        again = open_run(tmp_path / "r", {"iterations": 1 + k})
-        create_run_files(again, {"command": f"pgpong train resume {k}", "written": f"t{k}"})
-    data = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert data["command"] == "pgpong train first" and data["written"] == "t0"
-    assert [r["command"] for r in data["resumes"]] == ["pgpong train resume 1", "pgpong train resume 2"]
-    assert data["config"]["iterations"] == 3
-
-
-@pytest.mark.parametrize(
-    "text, words",
-    [
-        ("{not json", "cannot read"),
-        ('{"config": {"hidden": "many"}}', "--hidden"),
-        ('{"config": [1, 2]}', 'no "config" object'),
-        ("[1, 2, 3]", "not a JSON object"),
-    ],
-)
-def test_damaged_config_json_is_refused(tmp_path, text, words):
-    from pgpong.config import ConfigError
-
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "config.json").write_text(text)
-    with pytest.raises(ConfigError, match=words):
-        open_run(tmp_path / "r", {})
-
-
-def test_huge_config_json_is_refused_unread(tmp_path):
-    from pgpong.config import ConfigError
-
-    (tmp_path / "r").mkdir()
-    with open(tmp_path / "r" / "config.json", "wb") as f:
-        f.truncate(2 * 2**30)  # 2 GB of holes: reading it would take 2 GB
-    with pytest.raises(ConfigError, match="too large"):
-        open_run(tmp_path / "r", {})
-
-
-def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
-    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
-    create_run_files(run, {})
-    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
-    text = run.progress_path.read_text()
-    run.progress_path.write_text(text + "3,6,600,1.")  # batch 3's row, cut short
-    (run.checkpoint_dir / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint
-    again = open_run(tmp_path / "r", {"iterations": 2})
-    create_run_files(again, {})
-    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
 
 
 class RecordingPool(ScriptedPool):

@@ -1,0 +1,167 @@
+"""The run directory: new or resumed, what may change on resume, what is checked before
+anything is written, and the files a run keeps (config.json, progress.csv, checkpoints)."""
+
+import dataclasses
+import io
+import json
+import re
+import time
+
+import pytest
+
+from conftest import ScriptedPool
+from pgpong.checkpoint import TrainingState, save_checkpoint
+from pgpong.config import ConfigError, TrainConfig
+from pgpong.policy import Params
+from pgpong.rundir import check_run_dir_writable, create_run_files, default_run_dir, open_run
+from pgpong.runlog import RunLog, read_progress
+from pgpong.trainer import Trainer
+
+SETTINGS: dict = dict(seed=7, batch_size=2, hidden=8, max_episode_steps=50)
+LEARNING = [f for f in dataclasses.fields(TrainConfig) if f.metadata["learning"]]
+# For each learning setting, another valid value.
+OTHER = {
+    "env_id": "Pong-v0",
+    "hidden": 9,
+    "batch_size": 3,
+    "learning_rate": 0.01,
+    "gamma": 0.95,
+    "decay_rate": 0.9,
+    "seed": 8,
+    "max_episode_steps": 60,
+}
+
+
+def new_run(directory, **settings):
+    run = open_run(directory, {**SETTINGS, **settings})
+    create_run_files(run, {})
+    return run
+
+
+def test_every_learning_setting_is_covered_here():
+    assert {f.name for f in LEARNING} == set(OTHER)
+
+
+@pytest.mark.parametrize("name", sorted(OTHER))
+def test_resume_refuses_a_change_of_any_learning_setting(tmp_path, name):
+    new_run(tmp_path / "r")
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError, match=f"{flag} .* -> {re.escape(str(OTHER[name]))}.*must keep them"):
+        open_run(tmp_path / "r", {name: OTHER[name]})
+
+
+@pytest.mark.parametrize("name", sorted(OTHER))
+def test_resume_from_refuses_a_checkpoint_of_other_learning_settings(tmp_path, name):
+    from pgpong.checkpoint import CheckpointError
+
+    new_run(tmp_path / "r")
+    theirs = {**TrainConfig(**SETTINGS).to_dict(), name: OTHER[name]}
+    weights = Params.initial(theirs["hidden"], 0)
+    foreign = save_checkpoint(
+        TrainingState(weights=weights, cache=weights.zeros_like(), batch=1, info=theirs), tmp_path / "other"
+    )
+    with pytest.raises(CheckpointError, match=re.escape(name.replace("_", "-")) if name != "hidden" else "hidden size"):
+        open_run(tmp_path / "r", {}, resume_from=foreign)
+
+
+@pytest.mark.parametrize(("name", "value"), [("iterations", 9), ("workers", 3), ("keep_checkpoints", 5)])
+def test_resume_accepts_a_change_of_the_other_settings(tmp_path, name, value):
+    new_run(tmp_path / "r")
+    again = open_run(tmp_path / "r", {name: value})
+    assert again.resumed and getattr(again.config, name) == value
+
+
+def test_default_run_dir_names_the_env_seed_and_time():
+    before = time.strftime("%Y%m%d-%H%M%S")
+    path = default_run_dir(TrainConfig(seed=12))
+    after = time.strftime("%Y%m%d-%H%M%S")
+    assert path.parent.name == "runs"
+    env, seed, stamp = path.name.split("__")
+    assert (env, seed) == ("ALE-Pong-v5", "12") and before <= stamp <= after
+
+
+def test_stale_temporary_checkpoints_are_removed_on_resume_and_finished_ones_kept(tmp_path):
+    run = new_run(tmp_path / "r")
+    weights = run.state.weights
+    kept = save_checkpoint(TrainingState(weights=weights, cache=weights.zeros_like(), batch=1), run.checkpoint_dir)
+    stale = run.checkpoint_dir / ".ckpt-000002.npz.123.tmp"  # a writer killed mid-write
+    stale.write_bytes(b"half a checkpoint")
+    other = run.checkpoint_dir / "notes.txt"
+    other.write_text("mine")
+    create_run_files(open_run(tmp_path / "r", {}), {})
+    assert not stale.exists() and kept.exists() and other.exists()
+
+
+def test_wall_time_adds_up_across_resumes(tmp_path):
+    run = new_run(tmp_path / "r", iterations=2)
+    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    first = [float(r["wall_s"]) for r in read_progress(run.progress_path)]
+    again = open_run(tmp_path / "r", {"iterations": 4})
+    assert again.state.wall_s == pytest.approx(first[-1], abs=1e-6)  # the checkpoint carries it (csv: rounded)
+    create_run_files(again, {})
+    Trainer(again, ScriptedPool([-21.0] * 4), RunLog(again.progress_path, out=io.StringIO())).train()
+    walls = [float(r["wall_s"]) for r in read_progress(run.progress_path)]
+    batch_s = [float(r["batch_s"]) for r in read_progress(run.progress_path)]
+    assert walls[:2] == first
+    assert walls[2] == pytest.approx(first[-1] + batch_s[2], abs=1e-5)  # it goes on from there, not from 0
+    assert walls[3] > walls[2]
+
+
+def test_check_run_dir_writable_refuses_a_file_in_the_way(tmp_path):
+    (tmp_path / "file").write_text("x")
+    run = open_run(tmp_path / "file" / "r", SETTINGS)
+    with pytest.raises(ConfigError, match="cannot write the run directory"):
+        check_run_dir_writable(run)
+
+
+def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):
+
+    run = open_run(tmp_path / "r", {**SETTINGS, "iterations": 1})
+    create_run_files(run, {"command": "pgpong train first", "written": "t0"})
+    for k in (1, 2):
+        again = open_run(tmp_path / "r", {"iterations": 1 + k})
+        create_run_files(again, {"command": f"pgpong train resume {k}", "written": f"t{k}"})
+    data = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert data["command"] == "pgpong train first" and data["written"] == "t0"
+    assert [r["command"] for r in data["resumes"]] == ["pgpong train resume 1", "pgpong train resume 2"]
+    assert data["config"]["iterations"] == 3
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("{not json", "cannot read"),
+        ('{"config": {"hidden": "many"}}', "--hidden"),
+        ('{"config": [1, 2]}', 'no "config" object'),
+        ("[1, 2, 3]", "not a JSON object"),
+    ],
+)
+def test_damaged_config_json_is_refused(tmp_path, text, words):
+    from pgpong.config import ConfigError
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match=words):
+        open_run(tmp_path / "r", {})
+
+
+def test_huge_config_json_is_refused_unread(tmp_path):
+    from pgpong.config import ConfigError
+
+    (tmp_path / "r").mkdir()
+    with open(tmp_path / "r" / "config.json", "wb") as f:
+        f.truncate(2 * 2**30)  # 2 GB of holes: reading it would take 2 GB
+    with pytest.raises(ConfigError, match="too large"):
+        open_run(tmp_path / "r", {})
+
+
+def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
+    create_run_files(run, {})
+    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    text = run.progress_path.read_text()
+    run.progress_path.write_text(text + "3,6,600,1.")  # batch 3's row, cut short
+    (run.checkpoint_dir / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint
+    again = open_run(tmp_path / "r", {"iterations": 2})
+    create_run_files(again, {})
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
