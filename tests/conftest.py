@@ -1,5 +1,7 @@
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,19 @@ class ScriptedPool:
 
     def close(self):
         pass
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: int):
+    """Fail, rather than hang, when the block is still running after `seconds`."""
+
+    def hung(signum, frame):
+        raise AssertionError(f"still running after {seconds} s: it hangs")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

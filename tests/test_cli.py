@@ -205,9 +205,14 @@ def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_rows(run_dir / "progress.csv", 2, proc)
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=20)  # the hang guard: it stops within seconds
+    try:
+        wait_for_rows(run_dir / "progress.csv", 2, proc)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=20)  # the hang guard: it stops within seconds
+    finally:
+        if proc.poll() is None:  # it hung: leave nothing running
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == status, err
     assert "Traceback" not in err
     assert f"pgpong train --run-dir {run_dir}" in err

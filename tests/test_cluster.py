@@ -1,5 +1,6 @@
 """A multi-node Ray cluster on this machine (head + one worker node): training through
---address, and a node lost mid-batch without losing the batch."""
+--address, a node lost mid-batch without losing the batch, and its workers replaced
+when a node with room joins."""
 
 import logging
 import threading
@@ -8,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import run_pgpong, train_in_process
+from conftest import hang_guard, run_pgpong, train_in_process
+from pgpong.runlog import read_progress
 from pgpong.workers import RayPool, WorkerSettings
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
@@ -48,7 +50,7 @@ def cluster():
 
 
 @pytest.mark.slow
-def test_lost_node_mid_batch_the_run_goes_on_with_identical_weights(tmp_path, cluster):
+def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(tmp_path, cluster):
     import ray
 
     c, worker_node = cluster
@@ -71,13 +73,28 @@ def test_lost_node_mid_batch_the_run_goes_on_with_identical_weights(tmp_path, cl
     try:
         state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
         survivors = pool.num_workers
+        remover.join()
+        assert removed
+        assert pool.replaced >= 1 and survivors == 1  # the replacement waits for a CPU that is gone
+        reference = train_in_process(tmp_path / "reference", 0, 3, SETTINGS)
+        assert_same_state(state, reference)
+
+        # A node with room joins: the waiting replacement starts there, and the run
+        # (resumed from its directory) goes on with 2 workers on 2 nodes.
+        c.add_node(num_cpus=1, object_store_memory=STORE)
+        with hang_guard(90):
+            while pool.num_workers < 2:
+                pool._poll_starting(timeout=1.0)  # what play_batch does between episodes
+        assert pool.nodes() == 2
+        state = train_in_process(run_dir, 2, 5, SETTINGS, pool=pool)
     finally:
         remover.join()
         pool.close()
-    assert removed
-    assert pool.replaced >= 1 and survivors == 1  # the replacement waits for a CPU that is gone
+    assert [r["workers"] for r in read_progress(run_dir / "progress.csv")][-2:] == ["2", "2"]
+    assert_same_state(state, train_in_process(tmp_path / "reference", 0, 5, SETTINGS))
 
-    reference = train_in_process(tmp_path / "reference", 0, 3, SETTINGS)
+
+def assert_same_state(state, reference):
     np.testing.assert_array_equal(state.weights.W1, reference.weights.W1)
     np.testing.assert_array_equal(state.weights.W2, reference.weights.W2)
     assert state.running_reward == reference.running_reward

@@ -10,8 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PGPONG, run_pgpong, train_in_process
+from conftest import PGPONG, hang_guard, run_pgpong, train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId
 from pgpong.runlog import read_progress
 from pgpong.workers import TEST_FAULT, PoolError, RayPool, WorkerSettings
 
@@ -64,6 +66,28 @@ def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
     monkeypatch.setenv(TEST_FAULT, "start")
     with pytest.raises(PoolError, match="could not start.*test fault"):  # gives up instead of retrying forever
         RayPool(WorkerSettings("ALE/Pong-v5", 100), 2)
+
+
+def test_a_hung_worker_ends_the_batch_at_the_stall_limit(ray_instance, monkeypatch):
+    import pgpong.workers
+
+    monkeypatch.setattr(pgpong.workers, "STALL_SECONDS", 3.0)  # 600 s in real runs
+    monkeypatch.setenv(TEST_FAULT, "hang")  # every episode sleeps for an hour
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2)
+    try:
+        with hang_guard(60), pytest.raises(PoolError, match="no episode finished in 3 s"):
+            list(pool.play_batch(Params.initial(8, 0), [EpisodeId(0, 0, k) for k in range(2)]))
+    finally:
+        pool.close()  # and the hung actors are killed
+
+
+def test_workers_that_cannot_be_placed_end_at_the_start_limit(ray_instance):
+    taken = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2)  # both CPUs of the instance
+    try:
+        with hang_guard(60), pytest.raises(PoolError, match="no rollout worker started within 3 s"):
+            RayPool(WorkerSettings("ALE/Pong-v5", 50), 1, start_timeout=3.0)
+    finally:
+        taken.close()
 
 
 def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):

@@ -1,6 +1,8 @@
 """The training loop: bit-identical across worker counts and across a resume."""
 
 import io
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -184,3 +186,36 @@ def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path):
     assert np.abs(trained.weights.W1 - start.W1).max() > 1e-3  # the step really moved the weights
     other_gamma = play_episode(env, start, EpisodeId(4, 0, 0), gamma=0.99).grad.dense()
     assert not np.allclose(other_gamma.W2, play_episode(env, start, EpisodeId(4, 0, 0), gamma=0.95).grad.dense().W2)
+
+
+class Stop(KeyboardInterrupt):
+    """What the command line's SIGTERM handler raises."""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_checkpoint_write_lands_after_the_row_and_checkpoint(tmp_path, monkeypatch, signum):
+    import pgpong.trainer as trainer_module
+
+    real_save = trainer_module.save_checkpoint
+    sent = []
+
+    def save_interrupted(state, directory, keep):
+        os.kill(os.getpid(), signum)  # delivered now, in the middle of the write
+        sent.append(signum)
+        return real_save(state, directory, keep=keep)
+
+    def stop(signum, frame):
+        raise Stop()
+
+    monkeypatch.setattr(trainer_module, "save_checkpoint", save_interrupted)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
+        create_run_files(run, {})
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(run, ScriptedPool([-21.0] * 6), RunLog(run.progress_path, out=io.StringIO())).train()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert sent == [signum]  # it stopped after the first batch...
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]  # ...with its row
+    assert load_checkpoint(list_checkpoints(run.checkpoint_dir)[-1]).batch == 1  # ...and its checkpoint
