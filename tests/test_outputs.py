@@ -80,14 +80,13 @@ def test_live_line_on_a_terminal_then_the_permanent_line(monkeypatch):
     monkeypatch.setenv("TERM", "xterm")
     out = FakeTerminal()
     log = RunLog(Path("/nonexistent/progress.csv"), out=out, outputs=[LiveProgress(out)])
-    log.outputs = [o for o in log.outputs if type(o).__name__ != "ProgressCsv"]  # no file here
     log.begin_batch(7, 4, -20.5)
     log.episode(3, 3000, -20.25)
     live = cast(LiveProgress, log.outputs[0])
     assert live.line._live is not None
     live.line._live.refresh()
     row = BatchRow(7, 28, 9000, 10.0, 1.5, -20.1, -20.0, -21, -19, 1000.0, 6000.0, 4, 2, 0)
-    log.write(row)
+    log.show(row)  # every output but progress.csv (no file here)
     assert live.line._live is None  # stopped before the permanent line
     text = out.getvalue()
     assert "3/4 episodes" in text and "running reward -20.25" in text

@@ -8,6 +8,7 @@ its point is to measure the emulator with nothing of Gymnasium or pgpong around 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -17,7 +18,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,14 +54,16 @@ class BenchWorker(RolloutWorker):
     def _make_env(self) -> Any:
         return make_env(self.env_id, self.settings.max_episode_steps, endless=self.endless)
 
-    def random_play(self, seconds: float, seed: int) -> dict[str, float]:
+    def random_play(self, seconds: float, seed: int, time_resets: bool = True) -> dict[str, float]:
         """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
-        `seconds`, reset between matches, nothing else. Also times Gymnasium's seeded
-        reset and pgpong's, which the ceiling does not need."""
+        `seconds`, reset between matches, nothing else. With time_resets, also times
+        Gymnasium's seeded reset and pgpong's, which the ceiling does not need."""
         env = make_gymnasium_env(self.env_id)
         rng = np.random.default_rng(seed)
-        seeded_reset_s = _seconds_per_call(lambda: env.reset(seed=int(rng.integers(2**32))), 3)
-        pgpong_reset_s = _seconds_per_call(lambda: self.env.reset(seed=int(rng.integers(2**32))), 3)
+        seeded_reset_s = pgpong_reset_s = 0.0
+        if time_resets:
+            seeded_reset_s = _seconds_per_call(lambda: env.reset(seed=int(rng.integers(2**32))), 3)
+            pgpong_reset_s = _seconds_per_call(lambda: self.env.reset(seed=int(rng.integers(2**32))), 3)
         actions = rng.choice([UP, DOWN], size=4096)
         steps = matches = 0
         reset_s = 0.0
@@ -174,23 +178,24 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
         workers = pool.num_workers
         try:
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
-            say(f"raw emulation: {workers} worker(s) stepping ALE itself at random for {opts.ceiling_seconds:g} s")
-            report["raw"] = _raw(pool, opts.ceiling_seconds)
-            say(f"ceiling: {workers} worker(s) stepping {opts.env_id} at random for {opts.ceiling_seconds:g} s")
-            report["ceiling"] = _ceiling(pool, opts.ceiling_seconds)
+            say(
+                f"rounds: {opts.train_batches} x (raw ALE, then Gymnasium's env, each "
+                f"{opts.ceiling_seconds / opts.train_batches:.1f} s of random play; then a training batch of 10)"
+            )
+            raw, ceiling, reports = _rounds(pool, opts)
+            report["raw"], report["ceiling"] = _emulation_figures(raw), _ceiling(ceiling)
             say(
                 f"original: {workers} worker(s) playing the original dense float64 algorithm "
                 f"for {opts.original_seconds:g} s"
             )
             report["original"] = _original(pool, opts)
-            say(f"training: batch 10, 1 warm-up + {opts.train_batches} batches")
-            reports = _train(pool, opts, batch_size=10, batches=opts.train_batches)
-            report["training"] = _training_figures(reports, report["raw"], report["ceiling"], report["original"])
+            report["training"] = _training_figures(reports, raw, ceiling, report["original"])
             report["time"] = _where_time_goes(reports)
             report["updates"] = []
             for size in opts.batch_sizes:
                 say(f"seconds per update: batch {size}, 1 warm-up + {opts.update_batches} batches")
-                times = [r.row.batch_s for r in _train(pool, opts, batch_size=size, batches=opts.update_batches)]
+                with _scratch_trainer(pool, opts, batch_size=size) as trainer:
+                    times = [trainer.train_batch().row.batch_s for _ in range(opts.update_batches + 1)][1:]
                 report["updates"].append(
                     {
                         "batch_size": size,
@@ -219,25 +224,51 @@ def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
     }
 
 
-def _raw(pool: RayPool, seconds: float) -> dict[str, float]:
-    """All workers step raw ALE at once (one process each, as training has)."""
-    runs = pool.call_all("raw_play", seconds, 12345)
+def _rounds(pool: RayPool, opts: BenchOptions) -> tuple[list[dict], list[dict], list[BatchReport]]:
+    """Raw ALE, Gymnasium's env and a training batch, back to back, `train_batches`
+    times (after a warm-up batch): on a shared machine whose speed drifts, each
+    training batch is compared with the emulation measured just before it."""
+    slice_s = opts.ceiling_seconds / opts.train_batches
+    raw: list[dict] = []
+    ceiling: list[dict] = []
+    reports: list[BatchReport] = []
+    with _scratch_trainer(pool, opts, batch_size=10) as trainer:
+        trainer.train_batch()  # warm-up
+        for k in range(opts.train_batches):
+            raw.append(_all_workers(pool.call_all("raw_play", slice_s, 12345 + k)))
+            ceiling.append(_all_workers(pool.call_all("random_play", slice_s, 12345 + k, k == 0)))
+            reports.append(trainer.train_batch())
+    return raw, ceiling, reports
+
+
+def _all_workers(runs: list[dict]) -> dict:
+    """One measurement of all workers at once: their steps over the longest one's time."""
+    total = {
+        key: sum(r[key] for r in runs) for key in runs[0] if key not in ("seconds", "seeded_reset_s", "pgpong_reset_s")
+    }
+    total["seconds"] = max(r["seconds"] for r in runs)
+    total["steps_per_s"] = total["steps"] / total["seconds"]
+    for key in ("seeded_reset_s", "pgpong_reset_s"):
+        if key in runs[0]:
+            total[key] = statistics.mean(r[key] for r in runs)
+    return total
+
+
+def _emulation_figures(rounds: list[dict]) -> dict[str, Any]:
     return {
-        "steps_per_s": sum(r["steps"] for r in runs) / max(r["seconds"] for r in runs),
-        "matches": sum(r["matches"] for r in runs),
+        "steps_per_s": statistics.median(r["steps_per_s"] for r in rounds),
+        "steps_per_s_rounds": [r["steps_per_s"] for r in rounds],
+        "matches": sum(r["matches"] for r in rounds),
     }
 
 
-def _ceiling(pool: RayPool, seconds: float) -> dict[str, float]:
-    """All workers step Gymnasium's environment at once with random actions, nothing else."""
-    runs = pool.call_all("random_play", seconds, 12345)
-    matches = max(1, sum(r["matches"] for r in runs))
+def _ceiling(rounds: list[dict]) -> dict[str, Any]:
+    matches = max(1, sum(r["matches"] for r in rounds))
     return {
-        "steps_per_s": sum(r["steps"] for r in runs) / max(r["seconds"] for r in runs),
-        "matches": matches,
-        "reset_s_per_match": sum(r["reset_s"] for r in runs) / matches,
-        "gymnasium_seeded_reset_s": statistics.mean(r["seeded_reset_s"] for r in runs),
-        "pgpong_seeded_reset_s": statistics.mean(r["pgpong_reset_s"] for r in runs),
+        **_emulation_figures(rounds),
+        "reset_s_per_match": sum(r["reset_s"] for r in rounds) / matches,
+        "gymnasium_seeded_reset_s": rounds[0]["seeded_reset_s"],
+        "pgpong_seeded_reset_s": rounds[0]["pgpong_reset_s"],
     }
 
 
@@ -248,8 +279,9 @@ def _original(pool: RayPool, opts: BenchOptions) -> dict[str, float]:
     return {"steps_per_s": steps_per_s, "episodes": sum(r["episodes"] for r in runs)}
 
 
-def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> list[BatchReport]:
-    """The real trainer (checkpoints included) in a scratch run directory; warm-up dropped."""
+@contextmanager
+def _scratch_trainer(pool: RayPool, opts: BenchOptions, batch_size: int) -> Iterator[Trainer]:
+    """The real trainer (checkpoints included) in a scratch run directory."""
     settings = {
         "env_id": opts.env_id,
         "batch_size": batch_size,
@@ -261,12 +293,15 @@ def _train(pool: RayPool, opts: BenchOptions, batch_size: int, batches: int) -> 
         run = open_run(Path(scratch) / "run", settings)
         create_run_files(run, {"bench": True})
         trainer = Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO()))
-        return [trainer.train_batch() for _ in range(batches + 1)][1:]
+        try:
+            yield trainer
+        finally:
+            trainer.checkpoints.wait()  # before the scratch directory goes
 
 
 def _training_figures(
-    reports: list[BatchReport], raw: dict[str, float], ceiling: dict[str, float], original: dict[str, float]
-) -> dict[str, float]:
+    reports: list[BatchReport], raw: list[dict], ceiling: list[dict], original: dict[str, float]
+) -> dict[str, Any]:
     per_batch = [r.row.steps_per_s for r in reports]
     steps = sum(_batch_steps(r) for r in reports)
     seconds = sum(r.row.batch_s for r in reports)
@@ -274,12 +309,14 @@ def _training_figures(
     return {
         "steps_per_s_median": median,
         "steps_per_s_overall": steps / seconds,
-        "ratio_to_raw": median / raw["steps_per_s"],
-        "ratio_to_ceiling": median / ceiling["steps_per_s"],
+        # each batch against the emulation measured just before it; the median of those
+        "ratio_to_raw": statistics.median(t / r["steps_per_s"] for t, r in zip(per_batch, raw, strict=True)),
+        "ratio_to_ceiling": statistics.median(t / c["steps_per_s"] for t, c in zip(per_batch, ceiling, strict=True)),
         "speedup_vs_original": median / original["steps_per_s"],
         "seconds_per_batch_median": statistics.median(r.row.batch_s for r in reports),
         "episode_len_mean": statistics.mean(r.row.episode_len_mean for r in reports),
         "batches": len(reports),
+        "rows": [dataclasses.asdict(r.row) for r in reports],
     }
 
 

@@ -140,10 +140,12 @@ class BenchOptions:
     batch_sizes: tuple[int, ...] = _setting(
         (1, 10, 60), "batch sizes of the seconds-per-update table", metavar="LIST", shown="1,10,60", parse=int_list
     )
-    train_batches: int = _setting(3, "batches of 10 measured for throughput, after a warm-up batch")
+    train_batches: int = _setting(
+        5, "rounds of raw ALE, Gymnasium's env and one training batch of 10, after a warm-up batch"
+    )
     update_batches: int = _setting(2, "batches timed per batch size, after a warm-up batch")
     ceiling_seconds: float = _setting(
-        10.0, "seconds of random play on raw ALE, and again on Gymnasium's env", metavar="S"
+        10.0, "seconds of random play on raw ALE, and again on Gymnasium's env, over all rounds", metavar="S"
     )
     original_seconds: float = _setting(10.0, "seconds the original dense algorithm plays, for comparison", metavar="S")
     max_episode_steps: int | None = _setting(None, "cut episodes short", shown="full matches")

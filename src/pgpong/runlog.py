@@ -291,9 +291,20 @@ class RunLog:
         for output in self.outputs:
             output.episode(finished, steps, running_reward)
 
-    def write(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
+    def show(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
+        """Every output but progress.csv: the row as soon as its batch is done."""
         for output in self.outputs:
-            output.end_batch(row, phases or {})
+            if output is not self.csv:
+                output.end_batch(row, phases or {})
+
+    def record(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
+        """progress.csv, fsynced: written once the row's checkpoint is on disk, so a row
+        in progress.csv always has its checkpoint."""
+        self.csv.end_batch(row, phases or {})
+
+    def write(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
+        self.show(row, phases)
+        self.record(row, phases)
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
