@@ -166,11 +166,14 @@ def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, An
         stage.update(text=text, began=time.monotonic())
         live.print(f"bench: {text}")
 
+    def status(text: str) -> None:  # the live line only: where inside a stage
+        stage.update(text=text, began=time.monotonic())
+
     with live:
-        return _run_bench(opts, say)
+        return _run_bench(opts, say, status)
 
 
-def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]:
+def _run_bench(opts: BenchOptions, say: Callable[[str], None], status: Callable[[str], None]) -> dict[str, Any]:
     try:
         settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
         pool = open_pool(settings, opts.workers, opts.address, note=say, worker_class=BenchWorker)
@@ -182,7 +185,7 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None]) -> dict[str, Any]
                 f"rounds: {opts.train_batches} x (raw ALE, then Gymnasium's env, each "
                 f"{opts.ceiling_seconds / opts.train_batches:.1f} s of random play; then a training batch of 10)"
             )
-            raw, ceiling, reports = _rounds(pool, opts)
+            raw, ceiling, reports = _rounds(pool, opts, status)
             report["raw"], report["ceiling"] = _emulation_figures(raw), _ceiling(ceiling)
             say(
                 f"original: {workers} worker(s) playing the original dense float64 algorithm "
@@ -224,7 +227,9 @@ def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
     }
 
 
-def _rounds(pool: RayPool, opts: BenchOptions) -> tuple[list[dict], list[dict], list[BatchReport]]:
+def _rounds(
+    pool: RayPool, opts: BenchOptions, status: Callable[[str], None]
+) -> tuple[list[dict], list[dict], list[BatchReport]]:
     """Raw ALE, Gymnasium's env and a training batch, back to back, `train_batches`
     times (after a warm-up batch): on a shared machine whose speed drifts, each
     training batch is compared with the emulation measured just before it."""
@@ -233,10 +238,14 @@ def _rounds(pool: RayPool, opts: BenchOptions) -> tuple[list[dict], list[dict], 
     ceiling: list[dict] = []
     reports: list[BatchReport] = []
     with _scratch_trainer(pool, opts, batch_size=10) as trainer:
-        trainer.train_batch()  # warm-up
+        status("warm-up training batch")
+        trainer.train_batch()
         for k in range(opts.train_batches):
+            status(f"round {k + 1}/{opts.train_batches}: raw ALE")
             raw.append(_all_workers(pool.call_all("raw_play", slice_s, 12345 + k)))
+            status(f"round {k + 1}/{opts.train_batches}: Gymnasium's env")
             ceiling.append(_all_workers(pool.call_all("random_play", slice_s, 12345 + k, k == 0)))
+            status(f"round {k + 1}/{opts.train_batches}: a training batch")
             reports.append(trainer.train_batch())
     return raw, ceiling, reports
 
