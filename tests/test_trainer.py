@@ -193,7 +193,7 @@ class Stop(KeyboardInterrupt):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_during_the_checkpoint_write_lands_after_the_row_and_checkpoint(tmp_path, monkeypatch, signum):
+def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoint(tmp_path, monkeypatch, signum):
     import pgpong.trainer as trainer_module
 
     real_save = trainer_module.save_checkpoint

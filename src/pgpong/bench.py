@@ -305,7 +305,7 @@ def _scratch_trainer(pool: RayPool, opts: BenchOptions, batch_size: int) -> Iter
         try:
             yield trainer
         finally:
-            trainer.checkpoints.wait()  # before the scratch directory goes
+            trainer.checkpoints.close()  # before the scratch directory goes
 
 
 def _training_figures(

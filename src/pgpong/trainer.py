@@ -5,7 +5,7 @@ by rundir.py."""
 from __future__ import annotations
 
 import dataclasses
-import signal
+import queue
 import threading
 import time
 from collections import Counter
@@ -56,8 +56,8 @@ class Trainer:
         try:
             while self.config.iterations is None or self.state.batch < self.config.iterations:
                 self.train_batch()
-        finally:  # however it ends (Ctrl-C too), the newest row's checkpoint reaches the disk
-            self.checkpoints.wait()
+        finally:  # however it ends (Ctrl-C too), the newest row and its checkpoint reach the disk
+            self.checkpoints.close()
         return self.state
 
     def train_batch(self) -> BatchReport:
@@ -110,42 +110,59 @@ class Trainer:
 
 
 class CheckpointWriter:
-    """Writes each batch's checkpoint, then its progress.csv row, in a thread while the
-    next batch plays, so the write (checksum, savez, fsync: about 30 ms) is off the
-    workers' path. One write at a time; wait() returns once both are on disk (a
-    Ctrl-C waits for them too), or raises RunWriteError."""
+    """Writes each batch's checkpoint, then its progress.csv row, in a thread of its
+    own while the next batch plays, so the write (checksum, savez, fsync: about
+    30 ms) is off the workers' path. One write at a time; wait() returns once both
+    are on disk, or raises RunWriteError.
+
+    A signal (Ctrl-C) never interrupts the write itself, which is in the other thread;
+    the trainer waits for it however it stops. Should the process be killed
+    mid-write, the checkpoint's rename has not happened and its row was not written:
+    the run resumes from the checkpoint before, which has its row."""
 
     def __init__(self, run: Run, keep: int):
         self.run = run
         self.keep = keep
-        self._thread: threading.Thread | None = None
+        self._jobs: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="pgpong-checkpoint", daemon=True)
+        self._thread.start()
 
     def write(self, state: TrainingState, then: Callable[[], None]) -> None:
+        if not self._thread.is_alive():
+            raise RuntimeError("the checkpoint writer is closed")
         self.wait()
         copy = dataclasses.replace(  # the next batch's step updates the weights in place
             state, weights=_copy(state.weights), cache=_copy(state.cache), info=dict(state.info)
         )
-        self._thread = threading.Thread(target=self._save, args=(copy, then), name="pgpong-checkpoint")
-        self._thread.start()
+        self._jobs.put((copy, then))
 
-    def _save(self, state: TrainingState, then: Callable[[], None]) -> None:
-        try:
-            save_checkpoint(state, self.run.checkpoint_dir, keep=self.keep)
-            then()
-        except BaseException as exc:  # handed to the training thread by wait()
-            self._error = exc
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            state, then = job
+            try:
+                save_checkpoint(state, self.run.checkpoint_dir, keep=self.keep)
+                then()
+            except BaseException as exc:  # handed to the training thread by wait()
+                self._error = exc
+            finally:
+                self._jobs.task_done()
+        self._jobs.task_done()
 
     def wait(self) -> None:
-        if self._thread is not None:
-            with signals_deferred():  # Ctrl-C during the wait lands once the file is complete
-                self._thread.join()
-            self._thread = None
+        self._jobs.join()
         error, self._error = self._error, None
         if isinstance(error, OSError):
             raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {error}")
         if error is not None:
             raise error
+
+    def close(self) -> None:
+        """Wait for the last write, then let the thread go."""
+        try:
+            self.wait()
+        finally:
+            self._jobs.put(None)
 
 
 def _copy(params: Params) -> Params:
@@ -178,22 +195,3 @@ class PhaseClock:
 
 def _running(running: float | None, score: float) -> float:
     return score if running is None else RUNNING_DECAY * running + (1 - RUNNING_DECAY) * score
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM until the block is done, then deliver them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    previous = {
-        s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if pending:
-            signal.raise_signal(pending[0])
