@@ -2,11 +2,12 @@
 
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import PGPONG, run_pgpong
+from conftest import run_pgpong
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.runlog import read_progress
 
@@ -195,12 +196,22 @@ def wait_for_rows(path, count, proc, timeout=120):
     raise AssertionError(f"no {count} rows in {path}")
 
 
+# pgpong as started from a terminal: Ctrl-C raises KeyboardInterrupt. (A test run
+# started as a background job inherits SIGINT ignored, and so would pgpong.)
+AS_IN_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from pgpong.cli import main; sys.exit(main(sys.argv[1:]))",
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
     run_dir = tmp_path / "r"
     proc = subprocess.Popen(
-        [*PGPONG, "train", "--batch-size", "2", "--max-episode-steps", "400", "--run-dir", str(run_dir)],
+        [*AS_IN_A_TERMINAL, "train", "--batch-size", "2", "--max-episode-steps", "400", "--run-dir", str(run_dir)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

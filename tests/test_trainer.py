@@ -210,6 +210,7 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
 
     monkeypatch.setattr(trainer_module, "save_checkpoint", save_interrupted)
     previous = signal.signal(signal.SIGTERM, stop)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if this run inherited it ignored
     try:
         run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
         create_run_files(run, {})
@@ -217,6 +218,7 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
             Trainer(run, ScriptedPool([-21.0] * 6), RunLog(run.progress_path, out=io.StringIO())).train()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     assert sent == [signum]  # it stopped during the first checkpoint's write...
     rows = [r["batch"] for r in read_progress(run.progress_path)]
     assert rows in (["1"], ["1", "2"])  # ...or the next row, written with signals held...
