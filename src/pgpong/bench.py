@@ -48,17 +48,16 @@ class BenchWorker(RolloutWorker):
 
     def __init__(self, settings: WorkerSettings, endless: bool = False):
         self.endless = endless
-        self.env_id = settings.env_id
         super().__init__(settings)
 
     def _make_env(self) -> Any:
-        return make_env(self.env_id, self.settings.max_episode_steps, endless=self.endless)
+        return make_env(self.settings.env_id, self.settings.max_episode_steps, endless=self.endless)
 
     def random_play(self, seconds: float, seed: int, time_resets: bool = True) -> dict[str, float]:
         """The ceiling: Gymnasium's own environment for this id, random UP/DOWN for
         `seconds`, reset between matches, nothing else. With time_resets, also times
         Gymnasium's seeded reset and pgpong's, which the ceiling does not need."""
-        env = make_gymnasium_env(self.env_id)
+        env = make_gymnasium_env(self.settings.env_id)
         rng = np.random.default_rng(seed)
         seeded_reset_s = pgpong_reset_s = 0.0
         if time_resets:
@@ -97,7 +96,7 @@ class BenchWorker(RolloutWorker):
         import ale_py
         from ale_py import roms
 
-        settings = emulator_settings(self.env_id)
+        settings = emulator_settings(self.settings.env_id)
         frameskip = settings["frameskip"]
         ale = ale_py.ALEInterface()
         ale.setInt("random_seed", seed)
@@ -135,7 +134,7 @@ class BenchWorker(RolloutWorker):
         for at least `seconds`, on the same environment stepping: the speed pgpong started from."""
         from pgpong.original import play_episode_dense
 
-        env = make_env(self.env_id, self.settings.max_episode_steps, observation="rgb")
+        env = make_env(self.settings.env_id, self.settings.max_episode_steps, observation="rgb")
         weights = Params.initial(200, seed)
         steps = episodes = 0
         began = time.perf_counter()

@@ -302,10 +302,6 @@ class RunLog:
         in progress.csv always has its checkpoint."""
         self.csv.end_batch(row, phases or {})
 
-    def write(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
-        self.show(row, phases)
-        self.record(row, phases)
-
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 

@@ -79,6 +79,8 @@ class Trainer:
             worker_time.update(result.timings, record_bytes=result.record_bytes)
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
+        with clock("checkpoint write"):  # the previous batch's, written while this one played:
+            self.checkpoints.wait()  # done before the step below changes the arrays it reads
         _check_finite(grad, "the batch's summed gradient", state.batch + 1, cfg)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
@@ -99,8 +101,6 @@ class Trainer:
             workers_replaced=pool.replaced - replaced_before,
             barrier_s=pool.last_batch_seconds.get("barrier", 0.0),
         )
-        with clock("checkpoint write"):
-            self.checkpoints.wait()  # the previous batch's, written while this one played
         phases = {**pool.last_batch_seconds, **clock.seconds}
         self.log.show(row, phases)
         # On disk while the next batch plays; its progress.csv row follows it there.
@@ -113,7 +113,8 @@ class CheckpointWriter:
     """Writes each batch's checkpoint, then its progress.csv row, in a thread of its
     own while the next batch plays, so the write (checksum, savez, fsync: about
     30 ms) is off the workers' path. One write at a time; wait() returns once both
-    are on disk, or raises RunWriteError.
+    are on disk, or raises RunWriteError. The write reads the state's arrays without
+    copying them: wait() before changing them.
 
     A signal (Ctrl-C) never interrupts the write itself, which is in the other thread;
     the trainer waits for it however it stops. Should the process be killed
@@ -132,10 +133,9 @@ class CheckpointWriter:
         if not self._thread.is_alive():
             raise RuntimeError("the checkpoint writer is closed")
         self.wait()
-        copy = dataclasses.replace(  # the next batch's step updates the weights in place
-            state, weights=_copy(state.weights), cache=_copy(state.cache), info=dict(state.info)
-        )
-        self._jobs.put((copy, then))
+        # The counters change as the next batch plays, so they are copied; the arrays
+        # only change in its RMSProp step, which waits for this write first.
+        self._jobs.put((dataclasses.replace(state), then))
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -163,10 +163,6 @@ class CheckpointWriter:
             self.wait()
         finally:
             self._jobs.put(None)
-
-
-def _copy(params: Params) -> Params:
-    return Params(params.W1.copy(order="F"), params.W2.copy())
 
 
 @dataclasses.dataclass
