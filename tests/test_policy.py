@@ -54,6 +54,16 @@ def test_backward_matches_finite_differences(chunk, monkeypatch):
     assert np.abs(grad.W1).sum() > 0
 
 
+def test_backward_keeps_exactly_the_touched_pixels_in_order():
+    rng = np.random.default_rng(1)
+    weights, X, _, adv = small_episode(rng, steps=40, inputs=30)
+    grad = backward(weights, X, adv)
+    np.testing.assert_array_equal(grad.columns, np.unique(X.indices))
+    dense = grad.dense(inputs=30)
+    untouched = np.setdiff1d(np.arange(30), X.indices)
+    assert len(untouched) > 0 and not dense.W1[:, untouched].any()
+
+
 def test_compiled_forward_is_ready_for_read_only_weights():
     from pgpong.policy import _sparse_forward, compile_kernels
 

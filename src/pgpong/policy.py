@@ -129,8 +129,8 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
     with the episode's length.
     """
     dlogits = dlogits.astype(weights.W1.dtype, copy=False)
-    columns, compact = np.unique(X.indices, return_inverse=True)
-    Xc = sp.csr_matrix((X.data, compact.astype(X.indices.dtype), X.indptr), shape=(X.shape[0], len(columns)))
+    columns, compact = _touched(X.indices, X.shape[1])
+    Xc = sp.csr_matrix((X.data, compact, X.indptr), shape=(X.shape[0], len(columns)))
     W1c = weights.W1.T.take(columns, axis=0)  # (n, H): the touched pixels' weights
     dW1c = np.zeros_like(W1c)  # (n, H), transposed at the end
     dW2 = np.zeros_like(weights.W2)
@@ -140,9 +140,20 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
         np.maximum(hs, 0, out=hs)
         dW2 += hs.T @ g
         dh = np.multiply.outer(g, weights.W2)  # (t, H)
-        dh[hs <= 0] = 0
+        np.copyto(dh, 0, where=hs <= 0)
         dW1c += x.T @ dh
     return EpisodeGradient(columns, dW1c.T, dW2)  # (H, n), Fortran order as a transposed view
+
+
+def _touched(indices: np.ndarray, inputs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted pixels that occur in `indices`, and each index's position among them:
+    np.unique(indices, return_inverse=True), by marking instead of sorting."""
+    seen = np.zeros(inputs, dtype=bool)
+    seen[indices] = True
+    columns = np.flatnonzero(seen).astype(indices.dtype)
+    position = np.empty(inputs, dtype=indices.dtype)
+    position[columns] = np.arange(len(columns), dtype=indices.dtype)
+    return columns, position[indices]
 
 
 class RMSProp:
