@@ -53,9 +53,9 @@ def test_bench_smoke_prints_every_section_with_plausible_numbers():
     assert training["speedup_vs_original"] == pytest.approx(training["steps_per_s_median"] / original["steps_per_s"])
 
     per_step = report["time"]["worker_us_per_step"]
-    assert set(per_step) == {"emulator", "preprocess", "forward", "bookkeeping"}
+    assert set(per_step) == {"emulator", "input and forward", "bookkeeping"}
     assert all(v > 0 for v in per_step.values())
-    assert per_step["emulator"] > per_step["forward"]  # the emulator is the bulk of a step
+    assert per_step["emulator"] > per_step["input and forward"]  # the emulator is the bulk of a step
     assert report["time"]["worker_ms_per_episode"]["backward"] > 0
     driver = report["time"]["driver_ms_per_batch"]
     assert set(driver) == {"publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write"}
@@ -87,7 +87,7 @@ def test_bench_text_output_has_every_table():
         "original": {"steps_per_s": 1000.0, "episodes": 8},
         "training": {"steps_per_s_median": 3500.0, "ratio_to_ceiling": 0.875, "speedup_vs_original": 3.5, "batches": 3},
         "time": {
-            "worker_us_per_step": {"emulator": 400.0, "preprocess": 30.0, "forward": 20.0, "bookkeeping": 9.0},
+            "worker_us_per_step": {"emulator": 400.0, "input and forward": 30.0, "bookkeeping": 9.0},
             "worker_ms_per_episode": {"reset": 150.0, "backward": 6.0},
             "driver_ms_per_batch": {"publish weights": 3.0, "barrier": 500.0},
             "driver_share_of_batch": {"publish weights": 0.001, "barrier": 0.1},

@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pgpong.envs import DOWN, UP, SeededAtari, UnknownEnvironment, check_env_id, make_gymnasium_env
+from pgpong.envs import DOWN, UP, SeededAtari, UnknownEnvironment, check_env_id, make_env, make_gymnasium_env
 
 
 def play(env, actions):
@@ -130,6 +130,28 @@ def test_time_limit_truncates():
     assert ends == [False] * 9 + [True]
 
 
+def test_endless_episode_starts_a_new_match_where_one_ends():
+    actions = np.random.default_rng(3).choice([UP, DOWN], size=3000)
+    one, endless = SeededAtari("ALE/Pong-v5", observation="difference"), make_env("ALE/Pong-v5", 3000, endless=True)
+    one.reset(seed=8)
+    endless.reset(seed=8)
+    steps = 0
+    for action in actions:
+        steps += 1
+        a, reward_a, terminated, _, _ = one.step(action)
+        b, reward_b, endless_terminated, truncated, _ = endless.step(action)
+        assert (reward_a, endless_terminated, truncated) == (reward_b, False, False)
+        if terminated:
+            break
+        np.testing.assert_array_equal(a[0], b[0])
+    assert terminated and steps > 500
+    assert len(b[0]) == 0  # the next match's first input, as after a reset
+    one.reset(seed=8)
+    np.testing.assert_array_equal(endless.rgb(), one.rgb())  # the start screen
+    moved = sum(len(endless.step(action)[0][0]) > 0 for action in actions[:50])
+    assert moved > 40  # and the new match goes on
+
+
 @pytest.mark.parametrize("env_id", ["Pong-v9", "CartPole-v1", "ALE/Pong-ram-v5"])
 def test_non_pong_pixel_ids_are_refused(env_id):
     with pytest.raises(UnknownEnvironment):
@@ -160,4 +182,4 @@ def test_difference_observations_equal_preprocessed_rgb_frames(env_id):
             if ta:
                 break
     assert moved > 1000  # the ball and paddles really moved
-    assert values.dtype == np.int8 and ours.preprocess_seconds > 0
+    assert values.dtype == np.int8 and ours.observe_seconds > 0

@@ -65,10 +65,10 @@ def test_backward_keeps_exactly_the_touched_pixels_in_order():
 
 
 def test_compiled_forward_is_ready_for_read_only_weights():
-    from pgpong.policy import _sparse_forward, compile_kernels
+    from pgpong.policy import compile_kernels, sparse_forward
 
     compile_kernels()
-    read_only = {sig[0].mutable for sig in _sparse_forward.signatures}
+    read_only = {sig[0].mutable for sig in sparse_forward.signatures}
     assert read_only == {True, False}  # Ray hands workers read-only weights: no compile mid-episode
 
 

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from pgpong.envs import SeededAtari, make_env
+from pgpong.envs import DOWN, UP, SeededAtari, make_env
 from pgpong.frames import D
 from pgpong.original import play_episode_dense
-from pgpong.policy import Params
-from pgpong.rollout import EpisodeId, play_episode
+from pgpong.policy import Params, backward, forward, inputs_matrix
+from pgpong.returns import discounted_returns, standardise
+from pgpong.rollout import EpisodeId, episode_seeds, play_episode
 
 GAMMA = 0.99
 
@@ -47,6 +48,44 @@ def test_reused_environment_replays_an_episode_exactly(weights):
     assert_same_episode(fresh, again)
     other = play_episode(used_env, weights, EpisodeId(5, 3, 2), GAMMA)
     assert not np.array_equal(other.grad.W2, fresh.grad.W2)
+
+
+def reference_episode(env, weights, episode, gamma):
+    """play_episode as plain steps: env.step()'s observations, forward() on each, the
+    inputs gathered in lists; what the one compiled call a step must reproduce."""
+    env_seed, rng = episode_seeds(episode)
+    uniforms, drawn = rng.random(4096), 0
+    (indices, values), _ = env.reset(seed=env_seed)
+    inputs, dlogits, rewards = [], [], []
+    while True:
+        _, p_up = forward(weights, indices, values)
+        if drawn == len(uniforms):
+            uniforms, drawn = rng.random(len(uniforms)), 0
+        up = uniforms[drawn] < p_up
+        drawn += 1
+        inputs.append((indices, values))
+        dlogits.append((1.0 if up else 0.0) - p_up)
+        (indices, values), reward, terminated, truncated, _ = env.step(UP if up else DOWN)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    indptr = np.cumsum([0] + [len(i) for i, _ in inputs])
+    X = inputs_matrix(np.concatenate([i for i, _ in inputs]), np.concatenate([v for _, v in inputs]), indptr)
+    advantages = standardise(discounted_returns(np.array(rewards, dtype=np.int8), gamma))
+    return backward(weights, X, np.array(dlogits, dtype=np.float32) * advantages), sum(rewards), len(rewards)
+
+
+def test_one_compiled_call_a_step_gives_exactly_the_plain_steps_gradient(weights):
+    # 2,500 steps of endless matches: the record grows past its first 1,024 steps,
+    # and a new match starts inside the episode (its first input is empty again).
+    episode = EpisodeId(3, 0, 0)
+    result = play_episode(make_env("ALE/Pong-v5", 2500, endless=True), weights, episode, GAMMA)
+    grad, score, steps = reference_episode(make_env("ALE/Pong-v5", 2500, endless=True), weights, episode, GAMMA)
+    assert (result.score, result.steps) == (score, steps) == (score, 2500)
+    assert score < -21  # points lost in a second match
+    np.testing.assert_array_equal(result.grad.columns, grad.columns)
+    np.testing.assert_array_equal(result.grad.W1_columns, grad.W1_columns)
+    np.testing.assert_array_equal(result.grad.W2, grad.W2)
 
 
 @pytest.mark.parametrize("env_id", ["Pong-v0", "PongNoFrameskip-v4"])

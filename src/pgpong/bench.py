@@ -35,7 +35,7 @@ from pgpong.runlog import LiveLine, RunLog
 from pgpong.trainer import BatchReport, Trainer
 from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker, WorkerSettings, open_pool
 
-PER_STEP = ("emulator", "preprocess", "forward", "bookkeeping")
+PER_STEP = ("emulator", "input and forward", "bookkeeping")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
 ORIGINAL_BYTES_PER_STEP = 6400 * 8 + 200 * 8 + 3 * 8  # float64 x, h, dlogp, reward, as the original keeps them
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -59,7 +60,7 @@ def emulator_settings(env_id: str) -> dict[str, Any]:
 
 def make_env(
     env_id: str, max_episode_steps: int | None = None, endless: bool = False, observation: str = "difference"
-) -> gym.Env:
+) -> SeededAtari:
     """The environment pgpong plays: created once, reset with each episode's seed,
     observing the network's input of SPEC section 2 as (indices, values), or with
     observation="rgb" the RGB frames themselves (for the original algorithm).
@@ -67,10 +68,7 @@ def make_env(
     endless=True keeps starting new matches inside one episode until
     max_episode_steps: a long episode on demand, for memory measurements.
     """
-    if endless:
-        env = _EndlessMatches(SeededAtari(env_id, observation=observation))
-        return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps else env
-    return SeededAtari(env_id, max_episode_steps, observation=observation)
+    return SeededAtari(env_id, max_episode_steps, observation=observation, endless=endless)
 
 
 def make_gymnasium_env(env_id: str) -> gym.Env:
@@ -96,13 +94,20 @@ class SeededAtari(gym.Env):
     by the next step. observation="difference" gives the network's input, the
     sparse difference of consecutive masks (intp indices, int8 values; empty after
     a reset), computed from ALE's palette-index screen, which is 30 times cheaper to
-    fetch than the RGB one (frames.PaletteDiffer). `preprocess_seconds` adds up the
-    time spent making those inputs, for the benchmark.
+    fetch than the RGB one (frames.PaletteDiffer). `step_with` hands that screen and
+    the previous one to a compiled function instead (the training loop's: input,
+    record and network in one call). `observe_seconds` adds up the time spent
+    turning screens into observations (or in that function), for the benchmark.
+
+    endless=True starts a new match from the start snapshot when one ends, with the
+    same generator, and never terminates: only max_episode_steps ends the episode.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env_id: str, max_episode_steps: int | None = None, observation: str = "rgb"):
+    def __init__(
+        self, env_id: str, max_episode_steps: int | None = None, observation: str = "rgb", endless: bool = False
+    ):
         settings = emulator_settings(env_id)
         self.sticky = settings["repeat_action_probability"]
         self.frameskip = settings["frameskip"]
@@ -113,10 +118,11 @@ class SeededAtari(gym.Env):
         self.action_space = self._atari.action_space
         self.observation_space = self._atari.observation_space
         self.max_episode_steps = max_episode_steps
+        self.endless = endless
         self._actions = self.ale.getMinimalActionSet()
         self._rgb: np.ndarray = np.empty((*SCREEN, 3), dtype=np.uint8)
         self._differ = PaletteDiffer(self._rgb_screen) if observation == "difference" else None
-        self.preprocess_seconds = 0.0
+        self.observe_seconds = 0.0
         if self._differ:
             self.observation_space = gym.spaces.Tuple(
                 (gym.spaces.Sequence(gym.spaces.Discrete(D)), gym.spaces.Sequence(gym.spaces.Discrete(3, start=-1)))
@@ -136,14 +142,14 @@ class SeededAtari(gym.Env):
         self._next_uniform = 0
         self._steps = 0
         self._held = self._actions[0]  # NOOP, as after ALE's own reset
+        self._at_start = True
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             self._uniforms, self._next_uniform = np.empty(0), 0
-        self.ale.restoreState(self._start)
         self._steps = 0
-        self._held = self._actions[0]
+        self._restart()
         if not self._differ:
             np.copyto(self._rgb, self._start_screen)
             return self._rgb, {}
@@ -151,32 +157,72 @@ class SeededAtari(gym.Env):
         return self._differ.start(), {}
 
     def step(self, action: int):
+        reward, terminated, truncated = self._advance(action)
+        if not self._differ:
+            if self._at_start:  # an endless episode's new match begins
+                np.copyto(self._rgb, self._start_screen)
+            else:
+                self._rgb_screen()
+            return self._rgb, float(reward), terminated, truncated, {}
+        began = perf_counter()
+        self._fetch_screen()
+        difference = self._differ.difference()
+        self.observe_seconds += perf_counter() - began
+        return difference, float(reward), terminated, truncated, {}
+
+    def step_with(self, action: int, kernel: Callable, *args) -> tuple[Any, int, bool, bool]:
+        """Play `action` like step(), then return kernel(new screen, previous screen,
+        palette table, *args) (see PaletteDiffer.difference_with) in place of the
+        observation, with the reward and the two flags."""
+        reward, terminated, truncated = self._advance(action)
+        began = perf_counter()
+        self._fetch_screen()
+        result = cast(PaletteDiffer, self._differ).difference_with(kernel, *args)
+        self.observe_seconds += perf_counter() - began
+        return result, reward, terminated, truncated
+
+    def _advance(self, action: int) -> tuple[int, bool, bool]:
+        """Play one step's frames, each keeping the previous action with probability
+        `sticky` (drawn from the episode's generator); the reward and the two flags."""
         skip = self.frameskip if isinstance(self.frameskip, int) else int(self._rng.integers(*self.frameskip))
-        wanted = self._actions[action]
+        wanted, held, act = self._actions[action], self._held, self.ale.act
         reward = 0
         for _ in range(skip):
             if self._uniform() >= self.sticky:  # else the previous action sticks for this frame
-                self._held = wanted
-            reward += self.ale.act(self._held)
+                held = wanted
+            reward += act(held)
+        self._held, self._at_start = held, False
         self._steps += 1
-        terminated = self.ale.game_over(with_truncation=False)
+        terminated = self.ale.game_over(False)  # False: ALE's frame cap is truncation, below
         truncated = self.ale.game_truncated() or self._steps == self.max_episode_steps
-        return self._observe(), float(reward), terminated, truncated, {}
+        if terminated and self.endless:  # the next observation is a start's: empty
+            self._restart()
+            if self._differ:
+                np.copyto(self._differ.incoming, self._start_screen)
+                self._differ.start()
+            terminated = False
+        return reward, terminated, truncated
 
-    def _observe(self):
-        if not self._differ:
-            return self._rgb_screen()
-        began = perf_counter()
-        self.ale.getScreen(self._differ.incoming)
-        difference = self._differ.difference()
-        self.preprocess_seconds += perf_counter() - began
-        return difference
+    def _restart(self) -> None:
+        """Back to the start snapshot; the generator goes on (reset() reseeds it)."""
+        self.ale.restoreState(self._start)
+        self._held = self._actions[0]
+        self._at_start = True
+
+    def _fetch_screen(self) -> None:
+        """The screen into the differ's incoming buffer: after a restart, the start
+        screen (the snapshot does not hold the screen ALE last drew)."""
+        differ = cast(PaletteDiffer, self._differ)
+        if self._at_start:
+            np.copyto(differ.incoming, self._start_screen)
+        else:
+            self.ale.getScreen(differ.incoming)
 
     def rgb(self) -> np.ndarray:
         """The screen as a person sees it now (210x160x3), for recordings: a copy."""
         # After a reset ALE still shows the previous match's last screen: the snapshot
         # does not hold the screen, so the start screen is kept aside.
-        return self._start_rgb.copy() if self._steps == 0 else self._rgb_screen().copy()
+        return self._start_rgb.copy() if self._at_start else self._rgb_screen().copy()
 
     def frames_per_step(self) -> float:
         """Emulator frames per agent step (the mean, for a random frameskip)."""
@@ -198,11 +244,3 @@ class SeededAtari(gym.Env):
 
     def close(self) -> None:
         self._atari.close()
-
-
-class _EndlessMatches(gym.Wrapper):
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if terminated:
-            obs, info = self.env.reset()
-        return obs, reward, False, truncated, info

@@ -7,6 +7,7 @@ A difference frame has a few dozen non-zero pixels out of 6400, so it is kept as
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -48,7 +49,8 @@ class PaletteDiffer:
     in colour) the first time a colour appears, so it is exact for any palette.
 
     Fill `incoming` with a screen, then call `start()` (first frame of an episode:
-    its input is all zeros) or `difference()`.
+    its input is all zeros) or `difference()`, or `difference_with()` to hand the
+    two screens to a compiled function that goes further (the training loop's).
     """
 
     UNKNOWN = _UNKNOWN
@@ -61,7 +63,7 @@ class PaletteDiffer:
         self._indices = np.empty(D, dtype=np.intp)  # scratch for the compiled function
         self._values = np.empty(D, dtype=np.int8)
         # Compile the kernel (or load it from numba's cache) now, not in the first episode.
-        _palette_difference(self._screens[0], self._screens[1], self.foreground, self._indices, self._values)
+        palette_difference(self._screens[0], self._screens[1], self.foreground, self._indices, self._values)
 
     @property
     def incoming(self) -> np.ndarray:
@@ -78,13 +80,22 @@ class PaletteDiffer:
 
     def difference(self) -> tuple[np.ndarray, np.ndarray]:
         """(intp indices, int8 values) of incoming minus previous mask; incoming becomes previous."""
+        found = self.difference_with(palette_difference, self._indices, self._values)
+        return self._indices[:found].copy(), self._values[:found].copy()
+
+    def difference_with(self, kernel: Callable, *args) -> Any:
+        """kernel(new, old, foreground, *args) on the incoming and the previous screen
+        (incoming becomes previous), as palette_difference is called: its result, or
+        the first item of it, is the number of entries found, or -1 when a changed
+        pixel has a colour the table lacks; the colour is then learnt and the kernel
+        called again."""
         new, old = self._screens[self._incoming], self._screens[self._incoming ^ 1]
         self._incoming ^= 1
-        found = _palette_difference(new, old, self.foreground, self._indices, self._values)
-        if found < 0:  # a colour never seen before (old colours are all known): learn it
-            self._learn(new[CROP])
-            found = _palette_difference(new, old, self.foreground, self._indices, self._values)
-        return self._indices[:found].copy(), self._values[:found].copy()
+        result = kernel(new, old, self.foreground, *args)
+        if (result[0] if isinstance(result, tuple) else result) < 0:  # a colour never seen before
+            self._learn(new[CROP])  # (old colours are all known)
+            result = kernel(new, old, self.foreground, *args)
+        return result
 
     def _learn(self, cropped: np.ndarray) -> None:
         """Look up, on the RGB screen, the red value of the palette indices not seen yet."""
@@ -94,7 +105,7 @@ class PaletteDiffer:
 
 
 @numba.njit(cache=True, nogil=True)
-def _palette_difference(new, old, foreground, indices, values):
+def palette_difference(new, old, foreground, indices, values):
     """Write the non-zero entries of mask(new) - mask(old) into indices/values and
     return how many there are, or -1 if a changed pixel has a colour the table lacks.
 

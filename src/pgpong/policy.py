@@ -59,12 +59,12 @@ class Params:
 
 def forward(weights: Params, indices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, float]:
     """Hidden activations and P(UP) for one sparse input (indices, values)."""
-    h, logit = _sparse_forward(weights.W1.T, weights.W2, indices, values)
-    return h, _sigmoid(float(logit))
+    h, logit = sparse_forward(weights.W1.T, weights.W2, indices, values)
+    return h, sigmoid(float(logit))
 
 
 @numba.njit(cache=True, nogil=True)
-def _sparse_forward(W1T, W2, indices, values):
+def sparse_forward(W1T, W2, indices, values):
     """h = relu(W1 x) and W2 . h for a sparse x, in one compiled call: it reads the
     W1 column (a contiguous row of W1T) of each non-zero pixel and nothing else."""
     h = np.zeros(W2.shape[0], dtype=W2.dtype)
@@ -184,8 +184,8 @@ class RMSProp:
             w += scratch  # W <- W + lr * g / (sqrt(cache) + eps)
 
 
-def _sigmoid(z: float) -> float:
-    # Two branches so that exp never overflows.
+def sigmoid(z: float) -> float:
+    """1 / (1 + exp(-z)), in two branches so that exp never overflows."""
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)

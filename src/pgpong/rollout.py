@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
-from pgpong.envs import DOWN, UP
-from pgpong.policy import EpisodeGradient, Params, backward, forward, inputs_matrix
+from pgpong import policy
+from pgpong.envs import DOWN, UP, SeededAtari
+from pgpong.frames import SCREEN, D, palette_difference
+from pgpong.policy import EpisodeGradient, Params, backward, forward, inputs_matrix, sigmoid, sparse_forward
 from pgpong.returns import discounted_returns, standardise
 
 
@@ -52,7 +55,10 @@ class EpisodeResult:
 
 class EpisodeRecord:
     """What an episode keeps per step, in growable arrays: about 3 bytes per
-    non-zero input pixel plus 9 bytes, instead of 6400 floats."""
+    non-zero input pixel plus 9 bytes, instead of 6400 floats.
+
+    A step's input is written in place, at `indices[nnz:]` and `values[nnz:]`
+    (`make_room()` first), then added with its entry count and dlogit."""
 
     def __init__(self, capacity: int = 1024):
         self.steps = 0
@@ -63,17 +69,19 @@ class EpisodeRecord:
         self.dlogits = np.empty(capacity, dtype=np.float32)
         self.rewards = np.empty(capacity, dtype=np.int8)
 
-    def add(self, indices: np.ndarray, values: np.ndarray, dlogit: float) -> None:
-        t, start, end = self.steps, self.nnz, self.nnz + len(indices)
-        if t + 1 >= len(self.dlogits):
+    def make_room(self) -> None:
+        """Room for one more step whose input may have all D pixels."""
+        if self.steps + 1 >= len(self.dlogits):
             self.indptr = _grown(self.indptr)
             self.dlogits = _grown(self.dlogits)
             self.rewards = _grown(self.rewards)
-        if end > len(self.indices):
-            self.indices = _grown(self.indices, end)
-            self.values = _grown(self.values, end)
-        self.indices[start:end] = indices
-        self.values[start:end] = values
+        if self.nnz + D > len(self.indices):
+            self.indices = _grown(self.indices, self.nnz + D)
+            self.values = _grown(self.values, self.nnz + D)
+
+    def add(self, entries: int, dlogit: float) -> None:
+        """The step whose input is the `entries` written at nnz, and its dlogit."""
+        t, end = self.steps, self.nnz + entries
         self.indptr[t + 1] = end
         self.dlogits[t] = dlogit
         self.steps, self.nnz = t + 1, end
@@ -89,36 +97,41 @@ class EpisodeRecord:
         )
 
 
-def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> EpisodeResult:
-    """Play one match with the policy `weights` and return its policy gradient."""
+def play_episode(env: SeededAtari, weights: Params, episode: EpisodeId, gamma: float) -> EpisodeResult:
+    """Play one match with the policy `weights` and return its policy gradient.
+
+    After each step the environment hands its new screen and the previous one to
+    _input_and_logit, which writes the network's next input straight into the
+    record and returns the network's logit for it: one compiled call a step."""
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
     record = EpisodeRecord()
     uniforms, drawn = rng.random(4096), 0
-    stepping = fwd = 0.0
-    prep_before = env.unwrapped.preprocess_seconds  # the environment makes the inputs
+    W1T, W2 = weights.W1.T, weights.W2
+    observed_before = env.observe_seconds
 
     t0 = perf_counter()
     (indices, values), _ = env.reset(seed=env_seed)  # the first input, with no previous frame, is all zeros
+    _, p_up = forward(weights, indices, values)
+    entries = 0
     t1 = perf_counter()
-    reset = t1 - t0
+    reset, stepping = t1 - t0, 0.0
     while True:
-        t0 = perf_counter()
-        _, p_up = forward(weights, indices, values)
-        t1 = perf_counter()
         if drawn == len(uniforms):  # the same stream of draws, taken in blocks
             uniforms, drawn = rng.random(len(uniforms)), 0
         up = uniforms[drawn] < p_up
         drawn += 1
-        record.add(indices, values, (1.0 if up else 0.0) - p_up)  # grad of log p(action) w.r.t. logit
-        t2 = perf_counter()
-        (indices, values), reward, terminated, truncated, _ = env.step(UP if up else DOWN)
-        t3 = perf_counter()
+        record.add(entries, (1.0 if up else 0.0) - p_up)  # grad of log p(action) w.r.t. logit
+        record.make_room()
+        t0 = perf_counter()
+        (entries, logit), reward, terminated, truncated = env.step_with(
+            UP if up else DOWN, _input_and_logit, W1T, W2, record.indices, record.values, record.nnz
+        )
+        stepping += perf_counter() - t0
         record.set_reward(reward)
-        fwd += t1 - t0
-        stepping += t3 - t2
         if terminated or truncated:
             break
+        p_up = sigmoid(float(logit))
 
     t0 = perf_counter()
     steps = record.steps
@@ -128,12 +141,11 @@ def play_episode(env, weights: Params, episode: EpisodeId, gamma: float) -> Epis
     grad = backward(weights, X, record.dlogits[:steps] * advantages)
     t1 = perf_counter()
     seconds = t1 - began
-    prep = env.unwrapped.preprocess_seconds - prep_before
+    observed = env.observe_seconds - observed_before
     timings = {
         "reset": reset,
-        "emulator": stepping - prep,
-        "preprocess": prep,
-        "forward": fwd,
+        "emulator": stepping - observed,
+        "input and forward": observed,
         "backward": t1 - t0,
     }
     timings["bookkeeping"] = max(0.0, seconds - sum(timings.values()))
@@ -183,6 +195,33 @@ def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, o
         steps=steps,
         seconds=perf_counter() - began,
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _input_and_logit(new, old, foreground, W1T, W2, indices, values, start):
+    """The per-step work after the emulator's, in one compiled call: the network's
+    input (the difference of two palette screens, frames.palette_difference)
+    written into the record's arrays at `start`, and the network's logit for it
+    (policy.sparse_forward). (-1, 0) when a changed pixel's colour is unknown."""
+    found = palette_difference(new, old, foreground, indices[start:], values[start:])
+    if found < 0:
+        return found, W2.dtype.type(0)
+    _, logit = sparse_forward(W1T, W2, indices[start : start + found], values[start : start + found])
+    return found, logit
+
+
+def compile_kernels() -> None:
+    """Compile the per-step kernels (or load them from numba's cache) for writable
+    weights and for read-only ones, as Ray's object store gives them, so that the
+    first episode does not pay for it."""
+    policy.compile_kernels()
+    screens = np.zeros((2, *SCREEN), dtype=np.uint8)
+    foreground = np.zeros(256, dtype=np.int8)
+    record = EpisodeRecord(1)
+    for writable in (True, False):
+        tiny = Params.of(np.zeros((2, D)), np.zeros(2))
+        tiny.W1.flags.writeable = tiny.W2.flags.writeable = writable
+        _input_and_logit(screens[0], screens[1], foreground, tiny.W1.T, tiny.W2, record.indices, record.values, 0)
 
 
 def _grown(array: np.ndarray, at_least: int = 0) -> np.ndarray:

@@ -20,8 +20,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.cluster import cluster_cpus, start_ray
 from pgpong.envs import make_env
-from pgpong.policy import Params, compile_kernels
-from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, play_episode, play_match
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, compile_kernels, play_episode, play_match
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
 # make the parallel version no faster than the serial one.
