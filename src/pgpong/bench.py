@@ -181,8 +181,9 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None], status: Callable[
         try:
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
             say(
-                f"rounds: {opts.train_batches} x (raw ALE, then Gymnasium's env, each "
-                f"{opts.ceiling_seconds / opts.train_batches:.1f} s of random play; then a training batch of 10)"
+                f"rounds: {opts.train_batches} x (Gymnasium's env, then raw ALE, "
+                f"{opts.ceiling_seconds / opts.train_batches:.1f} s of random play each; then a training batch "
+                "of 10), and raw ALE once more"
             )
             raw, ceiling, reports = _rounds(pool, opts, status)
             report["raw"], report["ceiling"] = _emulation_figures(raw), _ceiling(ceiling)
@@ -229,23 +230,27 @@ def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
 def _rounds(
     pool: RayPool, opts: BenchOptions, status: Callable[[str], None]
 ) -> tuple[list[dict], list[dict], list[BatchReport]]:
-    """Raw ALE, Gymnasium's env and a training batch, back to back, `train_batches`
-    times (after a warm-up batch): on a shared machine whose speed drifts, each
-    training batch is compared with the emulation measured just before it."""
+    """Gymnasium's env, raw ALE and a training batch, back to back, `train_batches`
+    times (after a warm-up batch), then raw ALE once more: on a shared machine whose
+    speed drifts, each training batch is compared with the raw emulation measured
+    just before it and just after it, and with Gymnasium's env measured before it."""
     slice_s = opts.ceiling_seconds / opts.train_batches
+    rounds = opts.train_batches
     raw: list[dict] = []
     ceiling: list[dict] = []
     reports: list[BatchReport] = []
     with _scratch_trainer(pool, opts, batch_size=10) as trainer:
         status("warm-up training batch")
         trainer.train_batch()
-        for k in range(opts.train_batches):
-            status(f"round {k + 1}/{opts.train_batches}: raw ALE")
-            raw.append(_all_workers(pool.call_all("raw_play", slice_s, 12345 + k)))
-            status(f"round {k + 1}/{opts.train_batches}: Gymnasium's env")
+        for k in range(rounds):
+            status(f"round {k + 1}/{rounds}: Gymnasium's env")
             ceiling.append(_all_workers(pool.call_all("random_play", slice_s, 12345 + k, k == 0)))
-            status(f"round {k + 1}/{opts.train_batches}: a training batch")
+            status(f"round {k + 1}/{rounds}: raw ALE")
+            raw.append(_all_workers(pool.call_all("raw_play", slice_s, 12345 + k)))
+            status(f"round {k + 1}/{rounds}: a training batch")
             reports.append(trainer.train_batch())
+        status("raw ALE after the last batch")
+        raw.append(_all_workers(pool.call_all("raw_play", slice_s, 12345 + rounds)))
     return raw, ceiling, reports
 
 
@@ -317,8 +322,12 @@ def _training_figures(
     return {
         "steps_per_s_median": median,
         "steps_per_s_overall": steps / seconds,
-        # each batch against the emulation measured just before it; the median of those
-        "ratio_to_raw": statistics.median(t / r["steps_per_s"] for t, r in zip(per_batch, raw, strict=True)),
+        # each batch against raw emulation measured just before and just after it, and
+        # against Gymnasium's env measured before it; the medians of those ratios
+        "ratio_to_raw": statistics.median(
+            t / ((before["steps_per_s"] + after["steps_per_s"]) / 2)
+            for t, before, after in zip(per_batch, raw[:-1], raw[1:], strict=True)
+        ),
         "ratio_to_ceiling": statistics.median(t / c["steps_per_s"] for t, c in zip(per_batch, ceiling, strict=True)),
         "speedup_vs_original": median / original["steps_per_s"],
         "seconds_per_batch_median": statistics.median(r.row.batch_s for r in reports),

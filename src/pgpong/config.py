@@ -141,7 +141,7 @@ class BenchOptions:
         (1, 10, 60), "batch sizes of the seconds-per-update table", metavar="LIST", shown="1,10,60", parse=int_list
     )
     train_batches: int = _setting(
-        5, "rounds of raw ALE, Gymnasium's env and one training batch of 10, after a warm-up batch"
+        7, "rounds of Gymnasium's env, raw ALE and one training batch of 10, after a warm-up batch"
     )
     update_batches: int = _setting(2, "batches timed per batch size, after a warm-up batch")
     ceiling_seconds: float = _setting(
