@@ -59,8 +59,18 @@ def test_bench_smoke_prints_every_section_with_plausible_numbers():
     assert per_step["emulator"] > per_step["input and forward"]  # the emulator is the bulk of a step
     assert report["time"]["worker_ms_per_episode"]["backward"] > 0
     driver = report["time"]["driver_ms_per_batch"]
-    assert set(driver) == {"publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write"}
+    assert set(driver) == {
+        "publish weights",
+        "barrier",
+        "sum gradients",
+        "rmsprop step",
+        "checkpoint write",
+        "between episodes",
+    }
     assert all(v >= 0 for v in driver.values()) and driver["checkpoint write"] > 0
+    # between episodes: the batch's time a worker spends neither in its episodes nor in the barrier
+    share = report["time"]["driver_share_of_batch"]
+    assert 0 < share["between episodes"] < 1 and share["barrier"] + share["between episodes"] < 1
     assert all(0 <= share < 1 for share in report["time"]["driver_share_of_batch"].values())
 
     assert [u["batch_size"] for u in report["updates"]] == [1, 2]

@@ -36,7 +36,9 @@ from pgpong.trainer import BatchReport, Trainer
 from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker, WorkerSettings, open_pool
 
 PER_STEP = ("emulator", "input and forward", "bookkeeping")
+PER_EPISODE = ("reset", "backward")
 PER_BATCH = ("publish weights", "barrier", "sum gradients", "rmsprop step", "checkpoint write")
+BETWEEN = "between episodes"
 ORIGINAL_BYTES_PER_STEP = 6400 * 8 + 200 * 8 + 3 * 8  # float64 x, h, dlogp, reward, as the original keeps them
 
 
@@ -193,7 +195,7 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None], status: Callable[
             )
             report["original"] = _original(pool, opts)
             report["training"] = _training_figures(reports, raw, ceiling, report["original"])
-            report["time"] = _where_time_goes(reports)
+            report["time"] = _where_time_goes(reports, workers)
             report["updates"] = []
             for size in opts.batch_sizes:
                 say(f"seconds per update: batch {size}, 1 warm-up + {opts.update_batches} batches")
@@ -341,21 +343,29 @@ def _batch_steps(report: BatchReport) -> float:
     return report.row.episode_len_mean * report.row.batch_episodes
 
 
-def _where_time_goes(reports: list[BatchReport]) -> dict[str, dict[str, float]]:
+def _where_time_goes(reports: list[BatchReport], workers: int) -> dict[str, dict[str, float]]:
     steps = sum(_batch_steps(r) for r in reports)
     episodes = sum(r.row.batch_episodes for r in reports)
     total = lambda key: sum(r.worker_time.get(key, 0.0) for r in reports)  # noqa: E731
     batch_s = statistics.mean(r.row.batch_s for r in reports)
     per_batch = {name: statistics.mean(r.phases.get(name, 0.0) for r in reports) for name in PER_BATCH}
+    # A worker's share of a batch that is neither its episodes nor the barrier: the
+    # round trips between its episodes (Ray's dispatch, the results' transfer) and the
+    # driver's work between batches.
+    per_batch[BETWEEN] = statistics.mean(
+        r.row.batch_s - _episode_seconds(r) / workers - r.phases.get("barrier", 0.0) for r in reports
+    )
     return {
         "worker_us_per_step": {name: 1e6 * total(name) / steps for name in PER_STEP},
-        "worker_ms_per_episode": {
-            "reset": 1e3 * total("reset") / episodes,
-            "backward": 1e3 * total("backward") / episodes,
-        },
+        "worker_ms_per_episode": {name: 1e3 * total(name) / episodes for name in PER_EPISODE},
         "driver_ms_per_batch": {name: 1e3 * s for name, s in per_batch.items()},
         "driver_share_of_batch": {name: s / batch_s for name, s in per_batch.items()},
     }
+
+
+def _episode_seconds(report: BatchReport) -> float:
+    """The batch's episodes' own time, summed: every phase an episode times."""
+    return sum(report.worker_time.get(name, 0.0) for name in (*PER_STEP, *PER_EPISODE))
 
 
 def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
@@ -414,9 +424,12 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     lines += [f"| {name} | {us:,.1f} us/step |" for name, us in tm["worker_us_per_step"].items()]
     lines += [f"| {name} | {ms:,.1f} ms/episode |" for name, ms in tm["worker_ms_per_episode"].items()]
-    lines += ["", "| in the driver, per batch | ms | share of the batch |", "| --- | ---: | ---: |"]
+    lines += ["", "| per batch, outside the episodes | ms | share of the batch |", "| --- | ---: | ---: |"]
     for name, ms in tm["driver_ms_per_batch"].items():
-        label = "barrier: workers idle, waiting for the slowest episode" if name == "barrier" else name
+        label = {
+            "barrier": "barrier: workers idle, waiting for the slowest episode",
+            BETWEEN: "workers idle between episodes: Ray's round trips, the driver's step",
+        }.get(name, name)
         lines.append(f"| {label} | {ms:,.1f} | {100 * tm['driver_share_of_batch'][name]:.1f}% |")
     lines += ["", "| batch size | workers | seconds per update (median) |", "| ---: | ---: | ---: |"]
     lines += [f"| {u['batch_size']} | {u['workers']} | {u['seconds_median']:.2f} |" for u in report["updates"]]
