@@ -424,7 +424,11 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     lines += [f"| {name} | {us:,.1f} us/step |" for name, us in tm["worker_us_per_step"].items()]
     lines += [f"| {name} | {ms:,.1f} ms/episode |" for name, ms in tm["worker_ms_per_episode"].items()]
-    lines += ["", "| per batch, outside the episodes | ms | share of the batch |", "| --- | ---: | ---: |"]
+    lines += [
+        "",
+        "| per batch: the driver's work, the workers' idle time | ms | share of the batch |",
+        "| --- | ---: | ---: |",
+    ]
     for name, ms in tm["driver_ms_per_batch"].items():
         label = {
             "barrier": "barrier: workers idle, waiting for the slowest episode",
