@@ -278,7 +278,7 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     for name in ARRAYS:
         a = arrays[name]
         h.update(f"{name}{a.dtype.str}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a))  # read in place (a copy only for a Fortran-order W1)
+        h.update(np.ascontiguousarray(a).data)  # read in place (a copy only for a Fortran-order W1)
     return h.hexdigest()
 
 
