@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from pgpong.frames import D
 from pgpong.original import forward_dense
@@ -64,12 +65,48 @@ def test_backward_keeps_exactly_the_touched_pixels_in_order():
     assert len(untouched) > 0 and not dense.W1[:, untouched].any()
 
 
-def test_compiled_forward_is_ready_for_read_only_weights():
-    from pgpong.policy import compile_kernels, sparse_forward
+def scipy_backward(weights, X, dlogits):
+    """The backward pass as plain scipy.sparse and numpy products, chunk by chunk."""
+    import pgpong.policy
+
+    g_all = dlogits.astype(weights.W1.dtype)
+    columns, compact = np.unique(X.indices, return_inverse=True)
+    Xc = sp.csr_matrix((X.data, compact.astype(X.indices.dtype), X.indptr), shape=(X.shape[0], len(columns)))
+    W1c = weights.W1.T.take(columns, axis=0)
+    dW1c, dW2 = np.zeros_like(W1c), np.zeros_like(weights.W2)
+    chunk = pgpong.policy.BACKWARD_STEPS
+    for start in range(0, X.shape[0], chunk):
+        x, g = Xc[start : start + chunk], g_all[start : start + chunk]
+        hs = np.maximum(np.asarray(x @ W1c), 0)
+        dW2 += hs.T @ g
+        dh = np.multiply.outer(g, weights.W2)
+        dh[hs <= 0] = 0
+        dW1c += x.T @ dh
+    return columns, dW1c.T, dW2
+
+
+@pytest.mark.parametrize("chunk", [None, 16])  # 60 steps: one chunk, or four
+def test_compiled_backward_equals_scipy_products_bit_for_bit(chunk, monkeypatch):
+    if chunk:
+        monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", chunk)
+    rng = np.random.default_rng(5)
+    weights64, X, _, adv = small_episode(rng, steps=60, inputs=50, hidden=24)
+    weights = Params.of(weights64.W1, weights64.W2)  # float32, as trained
+    grad = backward(weights, X, adv)
+    columns, W1_columns, W2 = scipy_backward(weights, X, adv)
+    np.testing.assert_array_equal(grad.columns, columns)
+    assert grad.W1_columns.dtype == np.float32
+    np.testing.assert_array_equal(grad.W1_columns, W1_columns)
+    np.testing.assert_array_equal(grad.W2, W2)
+
+
+def test_compiled_kernels_are_ready_for_read_only_weights():
+    from pgpong.policy import _input_gradient, compile_kernels, sparse_forward
 
     compile_kernels()
-    read_only = {sig[0].mutable for sig in sparse_forward.signatures}
-    assert read_only == {True, False}  # Ray hands workers read-only weights: no compile mid-episode
+    # Ray hands workers read-only weights: no compile mid-episode
+    assert {sig[0].mutable for sig in sparse_forward.signatures} == {True, False}
+    assert {sig[5].mutable for sig in _input_gradient.signatures} >= {True, False}
 
 
 def test_sparse_forward_equals_dense():

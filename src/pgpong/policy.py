@@ -80,13 +80,15 @@ def sparse_forward(W1T, W2, indices, values):
 
 
 def compile_kernels() -> None:
-    """Compile the forward pass (or load it from numba's cache) for writable weights and
-    for read-only ones, as Ray's object store gives them, so the first episode does
-    not pay for it."""
+    """Compile the forward and backward passes (or load them from numba's cache) for
+    writable weights and for read-only ones, as Ray's object store gives them, so
+    the first episode does not pay for it."""
     for writable in (True, False):
         tiny = Params.of(np.zeros((2, D)), np.zeros(2))
         tiny.W1.flags.writeable = tiny.W2.flags.writeable = writable
         forward(tiny, np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int8))
+        one_step = inputs_matrix(np.zeros(1, dtype=np.int16), np.ones(1, dtype=np.int8), np.array([0, 1]))
+        backward(tiny, one_step, np.ones(1, dtype=DTYPE))
 
 
 def inputs_matrix(indices: np.ndarray, values: np.ndarray, indptr: np.ndarray, inputs: int = D) -> sp.csr_matrix:
@@ -126,23 +128,55 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
     activations are recomputed from the sparse inputs (cheaper than keeping 200
     floats for every step), only the pixels the episode touched take part, and the
     steps are taken BACKWARD_STEPS at a time, so the memory it needs does not grow
-    with the episode's length.
+    with the episode's length. The two sparse products are compiled and add up
+    their terms in the order scipy.sparse does (x @ W1c, then x.T @ dh), so the
+    gradient is the same to the bit as the plain scipy version's.
     """
     dlogits = dlogits.astype(weights.W1.dtype, copy=False)
     columns, compact = _touched(X.indices, X.shape[1])
-    Xc = sp.csr_matrix((X.data, compact, X.indptr), shape=(X.shape[0], len(columns)))
     W1c = weights.W1.T.take(columns, axis=0)  # (n, H): the touched pixels' weights
     dW1c = np.zeros_like(W1c)  # (n, H), transposed at the end
     dW2 = np.zeros_like(weights.W2)
     for start in range(0, X.shape[0], BACKWARD_STEPS):
-        x, g = Xc[start : start + BACKWARD_STEPS], dlogits[start : start + BACKWARD_STEPS]
-        hs = np.asarray(x @ W1c)  # (t, H)
-        np.maximum(hs, 0, out=hs)
+        stop = min(start + BACKWARD_STEPS, X.shape[0])
+        g = dlogits[start:stop]
+        hs = _hidden(X.indptr, compact, X.data, W1c, start, stop)  # (t, H)
         dW2 += hs.T @ g
-        dh = np.multiply.outer(g, weights.W2)  # (t, H)
-        np.copyto(dh, 0, where=hs <= 0)
-        dW1c += x.T @ dh
+        dW1c += _input_gradient(X.indptr, compact, X.data, hs, g, weights.W2, start, len(columns))
     return EpisodeGradient(columns, dW1c.T, dW2)  # (H, n), Fortran order as a transposed view
+
+
+@numba.njit(cache=True, nogil=True)
+def _hidden(indptr, indices, data, W1c, start, stop):
+    """relu(x @ W1c) for steps start..stop of an episode's CSR inputs (column indices
+    into W1c's rows), each step's terms added in its entries' order, as scipy does."""
+    hs = np.zeros((stop - start, W1c.shape[1]), dtype=W1c.dtype)
+    for t in range(start, stop):
+        h = hs[t - start]
+        for entry in range(indptr[t], indptr[t + 1]):
+            value, row = data[entry], W1c[indices[entry]]
+            for j in range(h.shape[0]):
+                h[j] += value * row[j]
+        for j in range(h.shape[0]):
+            if h[j] < 0:
+                h[j] = 0
+    return hs
+
+
+@numba.njit(cache=True, nogil=True)
+def _input_gradient(indptr, indices, data, hs, g, W2, start, columns):
+    """x.T @ dh with dh = outer(g, W2) where the unit was active, zero elsewhere: per
+    touched pixel, the terms added step by step, as scipy's CSC product does (an
+    inactive unit's term is a zero, which changes no sum, so it is skipped)."""
+    out = np.zeros((columns, W2.shape[0]), dtype=W2.dtype)
+    for t in range(start, start + hs.shape[0]):
+        h, g_t = hs[t - start], g[t - start]
+        for entry in range(indptr[t], indptr[t + 1]):
+            value, row = data[entry], out[indices[entry]]
+            for j in range(W2.shape[0]):
+                if not h[j] <= 0:  # (a NaN activation passes, as scipy's mask lets it)
+                    row[j] += value * (g_t * W2[j])
+    return out
 
 
 def _touched(indices: np.ndarray, inputs: int) -> tuple[np.ndarray, np.ndarray]:
