@@ -1,5 +1,6 @@
 """Pools: BLAS threads pinned in workers, results in episode order."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import pytest
 from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.workers import TEST_FAULT, LocalPool, RayPool, WorkerSettings
+from pgpong.workers import TEST_FAULT, LocalPool, RayPool, RolloutWorker, WorkerSettings
 
 BLAS_PROBE = textwrap.dedent(
     """
@@ -63,18 +64,37 @@ def test_local_pool_pins_one_thread_and_restores():
         assert {lib: after[lib] for lib in before} == before  # close() gave the driver its threads back
 
 
+class PidWorker(RolloutWorker):
+    """Notes in each result which process played it."""
+
+    def play(self, weights, episode):
+        result = super().play(weights, episode)
+        result.timings["pid"] = os.getpid()
+        return result
+
+
 def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     weights = Params.initial(16, 0)
     # Episode 0 takes 2 s longer than the others (about 0.05 s each), so it finishes
-    # last, yet it must come out first.
+    # after all but the one queued behind it, yet it must come out first.
     monkeypatch.setenv(TEST_FAULT, "slow:0")
-    episodes = [EpisodeId(0, 0, k) for k in range(5)]
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2)
+    episodes = [EpisodeId(0, 0, k) for k in range(8)]
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # PidWorker, for Ray's workers
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2, worker_class=PidWorker)
     try:
         results = list(pool.play_batch(weights, episodes))
     finally:
         pool.close()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert [r.episode for r in results] == episodes
+    # Each worker took one episode and, with 6 left for 2 workers, held the next in its
+    # queue: episode 2 waited behind the slow one. The rest, handed out as workers
+    # came free, all went to the other worker: none were queued behind the slow one.
+    played_by = [r.timings["pid"] for r in results]
+    assert played_by[2] == played_by[0] != played_by[1]
+    assert played_by[1] == played_by[3] == played_by[4] == played_by[5] == played_by[6] == played_by[7]
     local = LocalPool(WorkerSettings("ALE/Pong-v5", 120))
     expected = list(local.play_batch(weights, episodes))
     local.close()
