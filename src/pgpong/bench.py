@@ -163,12 +163,12 @@ def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, An
     stage: dict[str, Any] = {"text": "starting Ray", "began": time.monotonic()}
     live = LiveLine(lambda: f"bench: {stage['text']} | {time.monotonic() - stage['began']:5.1f} s", progress)
 
-    def say(text: str) -> None:  # a plain line per stage, and on a terminal the stage's elapsed time
-        stage.update(text=text, began=time.monotonic())
-        live.print(f"bench: {text}")
-
     def status(text: str) -> None:  # the live line only: where inside a stage
         stage.update(text=text, began=time.monotonic())
+
+    def say(text: str) -> None:  # a plain line per stage, and on a terminal the stage's elapsed time
+        status(text)
+        live.print(f"bench: {text}")
 
     with live:
         return _run_bench(opts, say, status)

@@ -149,37 +149,36 @@ class SeededAtari(gym.Env):
             self._rng = np.random.default_rng(seed)
             self._uniforms, self._next_uniform = np.empty(0), 0
         self._steps = 0
-        self._restart()
-        if not self._differ:
-            np.copyto(self._rgb, self._start_screen)
-            return self._rgb, {}
-        np.copyto(self._differ.incoming, self._start_screen)
-        return self._differ.start(), {}
+        return self._restart(), {}
 
     def step(self, action: int):
         reward, terminated, truncated = self._advance(action)
         if not self._differ:
-            if self._at_start:  # an endless episode's new match begins
-                np.copyto(self._rgb, self._start_screen)
-            else:
+            if not self._at_start:  # (else an endless episode's new match: _rgb holds its start)
                 self._rgb_screen()
             return self._rgb, float(reward), terminated, truncated, {}
-        began = perf_counter()
-        self._fetch_screen()
-        difference = self._differ.difference()
-        self.observe_seconds += perf_counter() - began
-        return difference, float(reward), terminated, truncated, {}
+        return self._observe(self._differ.difference), float(reward), terminated, truncated, {}
 
     def step_with(self, action: int, kernel: Callable, *args) -> tuple[Any, int, bool, bool]:
         """Play `action` like step(), then return kernel(new screen, previous screen,
         palette table, *args) (see PaletteDiffer.difference_with) in place of the
         observation, with the reward and the two flags."""
         reward, terminated, truncated = self._advance(action)
+        differ = cast(PaletteDiffer, self._differ)
+        return self._observe(differ.difference_with, kernel, *args), reward, terminated, truncated
+
+    def _observe(self, observe: Callable, *args) -> Any:
+        """observe(*args) once the new screen is in the differ's incoming buffer (after a
+        restart, the start screen: the snapshot does not hold the screen ALE last drew)."""
         began = perf_counter()
-        self._fetch_screen()
-        result = cast(PaletteDiffer, self._differ).difference_with(kernel, *args)
+        differ = cast(PaletteDiffer, self._differ)
+        if self._at_start:
+            np.copyto(differ.incoming, self._start_screen)
+        else:
+            self.ale.getScreen(differ.incoming)
+        result = observe(*args)
         self.observe_seconds += perf_counter() - began
-        return result, reward, terminated, truncated
+        return result
 
     def _advance(self, action: int) -> tuple[int, bool, bool]:
         """Play one step's frames, each keeping the previous action with probability
@@ -197,26 +196,20 @@ class SeededAtari(gym.Env):
         truncated = self.ale.game_truncated() or self._steps == self.max_episode_steps
         if terminated and self.endless:  # the next observation is a start's: empty
             self._restart()
-            if self._differ:
-                np.copyto(self._differ.incoming, self._start_screen)
-                self._differ.start()
             terminated = False
         return reward, terminated, truncated
 
-    def _restart(self) -> None:
-        """Back to the start snapshot; the generator goes on (reset() reseeds it)."""
+    def _restart(self):
+        """Back to the start snapshot, and the start's observation (the generator goes
+        on: reset() reseeds it)."""
         self.ale.restoreState(self._start)
         self._held = self._actions[0]
         self._at_start = True
-
-    def _fetch_screen(self) -> None:
-        """The screen into the differ's incoming buffer: after a restart, the start
-        screen (the snapshot does not hold the screen ALE last drew)."""
-        differ = cast(PaletteDiffer, self._differ)
-        if self._at_start:
-            np.copyto(differ.incoming, self._start_screen)
-        else:
-            self.ale.getScreen(differ.incoming)
+        if not self._differ:
+            np.copyto(self._rgb, self._start_screen)
+            return self._rgb
+        np.copyto(self._differ.incoming, self._start_screen)
+        return self._differ.start()
 
     def rgb(self) -> np.ndarray:
         """The screen as a person sees it now (210x160x3), for recordings: a copy."""

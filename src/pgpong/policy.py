@@ -83,12 +83,18 @@ def compile_kernels() -> None:
     """Compile the forward and backward passes (or load them from numba's cache) for
     writable weights and for read-only ones, as Ray's object store gives them, so
     the first episode does not pay for it."""
-    for writable in (True, False):
-        tiny = Params.of(np.zeros((2, D)), np.zeros(2))
-        tiny.W1.flags.writeable = tiny.W2.flags.writeable = writable
+    for tiny in tiny_weights():
         forward(tiny, np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int8))
         one_step = inputs_matrix(np.zeros(1, dtype=np.int16), np.ones(1, dtype=np.int8), np.array([0, 1]))
         backward(tiny, one_step, np.ones(1, dtype=DTYPE))
+
+
+def tiny_weights() -> tuple[Params, Params]:
+    """Two-unit weights, writable and read-only (as Ray's object store gives them):
+    what the compiled kernels are warmed up with."""
+    writable, read_only = Params.of(np.zeros((2, D)), np.zeros(2)), Params.of(np.zeros((2, D)), np.zeros(2))
+    read_only.W1.flags.writeable = read_only.W2.flags.writeable = False
+    return writable, read_only
 
 
 def inputs_matrix(indices: np.ndarray, values: np.ndarray, indptr: np.ndarray, inputs: int = D) -> sp.csr_matrix:

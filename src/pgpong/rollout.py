@@ -218,9 +218,7 @@ def compile_kernels() -> None:
     screens = np.zeros((2, *SCREEN), dtype=np.uint8)
     foreground = np.zeros(256, dtype=np.int8)
     record = EpisodeRecord(1)
-    for writable in (True, False):
-        tiny = Params.of(np.zeros((2, D)), np.zeros(2))
-        tiny.W1.flags.writeable = tiny.W2.flags.writeable = writable
+    for tiny in policy.tiny_weights():
         _input_and_logit(screens[0], screens[1], foreground, tiny.W1.T, tiny.W2, record.indices, record.values, 0)
 
 
