@@ -1,5 +1,6 @@
 """Pools: BLAS threads pinned in workers, results in episode order."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,37 +14,52 @@ from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
 from pgpong.workers import TEST_FAULT, LocalPool, RayPool, RolloutWorker, WorkerSettings
 
-BLAS_PROBE = textwrap.dedent(
+LOCAL_RAY_PROBE = textwrap.dedent(
     """
     import json
+    import numpy as np
     from threadpoolctl import threadpool_info
     from pgpong.cluster import start_ray
     from pgpong.workers import RayPool, WorkerSettings
     driver = [i["num_threads"] for i in threadpool_info()]
     start_ray(None, num_cpus=2)
+    import ray
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 10), 2)
-    print(json.dumps({"driver": driver, "workers": pool.blas_threads()}))
+    # 4 MB, like a long episode's gradient (no CPU: the two workers hold both)
+    gradient_sized = ray.remote(num_cpus=0)(lambda: np.ones(2**20, dtype=np.float32)).remote()
+    ray.get(gradient_sized)
+    where = ray.experimental.get_object_locations([gradient_sized])[gradient_sized]
+    print(json.dumps({"driver": driver, "workers": pool.blas_threads(), "result_on_nodes": where["node_ids"]}))
     """
 )
 
 
-def test_workers_use_one_blas_thread_whatever_the_driver_environment():
+@pytest.fixture(scope="module")
+def local_ray_report() -> dict:
+    """pgpong's own Ray instance, started in a driver whose BLAS may run 4 threads."""
     many = {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "RAY_AUTH_MODE": "token"}
     proc = subprocess.run(
-        [sys.executable, "-c", BLAS_PROBE],
+        [sys.executable, "-c", LOCAL_RAY_PROBE],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**__import__("os").environ, **many},
+        env={**os.environ, **many},
     )
     assert proc.returncode == 0, proc.stderr
-    import json
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert max(report["driver"]) > 1  # the driver runs several BLAS threads...
-    assert len(report["workers"]) == 2
-    for worker in report["workers"]:
+
+def test_workers_use_one_blas_thread_whatever_the_driver_environment(local_ray_report):
+    assert max(local_ray_report["driver"]) > 1  # the driver runs several BLAS threads...
+    assert len(local_ray_report["workers"]) == 2
+    for worker in local_ray_report["workers"]:
         assert worker and all(n == 1 for n in worker)  # ...and every worker uses 1
+
+
+def test_results_come_back_in_the_reply_not_through_the_object_store(local_ray_report):
+    # Ray's default keeps anything over 100 KB in the object store (on a node); pgpong's
+    # own instance returns results up to 8 MB inline, as a gradient's maximum needs.
+    assert local_ray_report["result_on_nodes"] == []
 
 
 def test_local_pool_pins_one_thread_and_restores():
