@@ -1,4 +1,5 @@
-"""Pools: BLAS threads pinned in workers, results in episode order."""
+"""Pools: BLAS threads pinned in workers, results in episode order (and, on pgpong's own
+Ray instance, in the task's reply)."""
 
 import json
 import os
