@@ -172,16 +172,23 @@ def _hidden(indptr, indices, data, W1c, start, stop):
 @numba.njit(cache=True, nogil=True)
 def _input_gradient(indptr, indices, data, hs, g, W2, start, columns):
     """x.T @ dh with dh = outer(g, W2) where the unit was active, zero elsewhere: per
-    touched pixel, the terms added step by step, as scipy's CSC product does (an
-    inactive unit's term is a zero, which changes no sum, so it is skipped)."""
+    touched pixel, the terms added step by step, as scipy's CSC product does.
+
+    A step's dh is made once, with zeros for inactive units (a NaN activation counts
+    as active, as scipy's mask lets it through); adding value * 0 to a sum changes
+    no bit of it (a sum that starts at +0 never becomes -0), so the inner loop has
+    no branch and runs in vector instructions."""
     out = np.zeros((columns, W2.shape[0]), dtype=W2.dtype)
+    dh = np.empty_like(W2)
+    zero = W2.dtype.type(0)
     for t in range(start, start + hs.shape[0]):
         h, g_t = hs[t - start], g[t - start]
+        for j in range(W2.shape[0]):
+            dh[j] = zero if h[j] <= 0 else g_t * W2[j]
         for entry in range(indptr[t], indptr[t + 1]):
             value, row = data[entry], out[indices[entry]]
             for j in range(W2.shape[0]):
-                if not h[j] <= 0:  # (a NaN activation passes, as scipy's mask lets it)
-                    row[j] += value * (g_t * W2[j])
+                row[j] += value * dh[j]
     return out
 
 
