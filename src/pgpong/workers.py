@@ -241,7 +241,7 @@ class RayPool:
         return self._run_batch("evaluate", weights, matches, greedy)
 
     def _run_batch(self, method: str, weights: Params, episodes: list[EpisodeId], *args) -> Iterator:
-        """Call RolloutWorker.`method`(weights, episode, *args) for every episode; yield in order."""
+        """Call RolloutWorker.`method`(the published weights, episode, *args) for every episode; yield in order."""
         ray = self._ray
         began = time.perf_counter()
         published = PublishedWeights(ray.put(weights))  # once; each worker fetches it once
