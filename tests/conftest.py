@@ -57,6 +57,7 @@ class ScriptedPool:
 
     replaced = 0
     last_batch_seconds: dict[str, float] = {}
+    last_batch_bytes = 0
 
     @property
     def num_workers(self):
@@ -68,14 +69,20 @@ class ScriptedPool:
     def __init__(self, scores):
         self.scores = iter(scores)
 
-    def play_batch(self, weights, episodes):
+    def play_batch(self, weights, episodes, finished=lambda result: None):
+        from pgpong.reduce import chunk_sizes, sum_in_chunks
+
+        return sum_in_chunks(self.results(weights, episodes), chunk_sizes(len(episodes)), finished)
+
+    def results(self, weights, episodes):
+        """The episodes' results, in order (subclasses change them)."""
         import numpy as np
 
         from pgpong.policy import EpisodeGradient
         from pgpong.rollout import EpisodeResult
 
         for episode in episodes:
-            empty = EpisodeGradient(np.zeros(0, np.intp), np.zeros((weights.hidden, 0), np.float32), weights.W2 * 0)
+            empty = EpisodeGradient(np.zeros(0, np.int16), np.zeros((weights.hidden, 0), np.float32), weights.W2 * 0)
             yield EpisodeResult(episode, empty, next(self.scores), steps=100, seconds=0.1)
 
     def evaluate(self, weights, matches, greedy=False):

@@ -74,7 +74,13 @@ def test_bench_smoke_prints_every_section_with_plausible_numbers():
     assert all(0 <= share < 1 for share in report["time"]["driver_share_of_batch"].values())
 
     assert [u["batch_size"] for u in report["updates"]] == [1, 2]
-    assert all(u["seconds_median"] > 0 and u["workers"] == 2 for u in report["updates"])
+    for u in report["updates"]:
+        assert u["seconds_per_update"] > 0 and u["workers"] == 2 and u["nodes"] == 1
+        # the lower bound of any schedule never exceeds what the update took
+        assert 0 < u["lower_bound_s"] <= u["seconds_per_update"] and 0 < u["efficiency"] <= 1
+        assert u["driver_cpu_ms"] > 0
+        # one worker's gradient is at most a dense one; batch 2 on 2 workers: each episode's own
+        assert 0 < u["bytes_into_driver"] <= u["batch_size"] * (200 * 6400 * 4 + 6400 * 2 + 200 * 4)
 
     memory = report["memory"]
     assert 0 < memory["record_bytes_per_step"] < 1024
@@ -103,7 +109,18 @@ def test_bench_text_output_has_every_table():
             "driver_ms_per_batch": {"publish weights": 3.0, "barrier": 500.0},
             "driver_share_of_batch": {"publish weights": 0.001, "barrier": 0.1},
         },
-        "updates": [{"batch_size": 10, "workers": 2, "seconds_median": 2.5}],
+        "updates": [
+            {
+                "batch_size": 10,
+                "workers": 2,
+                "nodes": 1,
+                "seconds_per_update": 2.5,
+                "lower_bound_s": 2.25,
+                "efficiency": 0.9,
+                "driver_cpu_ms": 41.0,
+                "bytes_into_driver": 9 * 2**20,
+            }
+        ],
         "memory": {
             "record_bytes_per_step": 93.0,
             "original_bytes_per_step": 52824,
@@ -121,7 +138,7 @@ def test_bench_text_output_has_every_table():
         "3.5 times as fast as the original",
         "| emulator | 400.0 us/step |",
         "waiting for the slowest episode",
-        "| 10 | 2 | 2.50 |",
+        "| 10 | 2 | 1 | 2.50 s | 2.25 s | 0.90 | 41 ms | 9.0 MB |",
         "93 bytes/step",
         "150 MB",
     ):

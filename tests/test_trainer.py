@@ -96,8 +96,8 @@ class PoisonedPool(ScriptedPool):
         super().__init__(scores)
         self.from_batch = from_batch
 
-    def play_batch(self, weights, episodes):
-        for result in super().play_batch(weights, episodes):
+    def results(self, weights, episodes):
+        for result in super().results(weights, episodes):
             if result.episode.batch >= self.from_batch:
                 result.grad = EpisodeGradient(
                     np.array([5], np.intp), np.full((weights.hidden, 1), np.nan, np.float32), weights.W2 * 0
@@ -125,9 +125,9 @@ class RecordingPool(ScriptedPool):
         super().__init__(scores)
         self.asked: list[list] = []
 
-    def play_batch(self, weights, episodes):
+    def play_batch(self, weights, episodes, finished=lambda result: None):
         self.asked.append(list(episodes))
-        yield from super().play_batch(weights, episodes)
+        return super().play_batch(weights, episodes, finished)
 
 
 def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):

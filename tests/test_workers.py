@@ -101,7 +101,7 @@ def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # PidWorker, for Ray's workers
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2, worker_class=PidWorker)
     try:
-        results = list(pool.play_batch(weights, episodes))
+        results = list(pool.run_batch("play", pool.publish(weights), episodes))
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
@@ -113,7 +113,7 @@ def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     assert played_by[2] == played_by[0] != played_by[1]
     assert played_by[1] == played_by[3] == played_by[4] == played_by[5] == played_by[6] == played_by[7]
     local = LocalPool(WorkerSettings("ALE/Pong-v5", 120))
-    expected = list(local.play_batch(weights, episodes))
+    expected = [local.worker.play(weights, episode) for episode in episodes]
     local.close()
     for a, b in zip(results, expected, strict=True):
         np.testing.assert_array_equal(a.grad.W1_columns, b.grad.W1_columns)

@@ -148,15 +148,15 @@ def check_address(address: str, timeout: float = CONNECT_SECONDS) -> str:
                 f"the Ray cluster at {given} requires an authentication token and none was found: {TOKEN_HELP}"
             )
         probe_cluster(dialled, port, token, timeout, given)
-        _set_auth_mode("token")
+        set_auth_mode("token")
     else:
         # A cluster without authentication: a driver in token mode would start
         # workers that cannot run there.
-        _set_auth_mode("disabled")
+        set_auth_mode("disabled")
     return f"{dialled}:{port}"
 
 
-def _set_auth_mode(mode: str) -> None:
+def set_auth_mode(mode: str) -> None:
     """Ray's token mode for this process and the workers it starts. Ray caches its
     settings when imported (the probe imported it), so they are read again, as Ray's
     own `ray start` does when it turns token mode on."""

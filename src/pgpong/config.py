@@ -138,12 +138,19 @@ class BenchOptions:
     workers: int | None = _setting(None, "Ray workers", shown="the CPUs of the Ray cluster")
     env_id: str = _setting("ALE/Pong-v5", "environment id", metavar="ID")
     batch_sizes: tuple[int, ...] = _setting(
-        (1, 10, 60), "batch sizes of the seconds-per-update table", metavar="LIST", shown="1,10,60", parse=int_list
+        (1, 10, 60),
+        "batch sizes of the seconds-per-update table",
+        metavar="LIST",
+        shown="1,10,60",
+        parse=int_list,
+        aliases=("--batch-size",),
     )
     train_batches: int = _setting(
         7, "rounds of Gymnasium's env, raw ALE and one training batch of 10, after a warm-up batch"
     )
-    update_batches: int = _setting(2, "batches timed per batch size, after a warm-up batch")
+    update_batches: int | None = _setting(
+        None, "batches timed per batch size, after a warm-up batch", shown="2, or 5 with --simulate"
+    )
     ceiling_seconds: float = _setting(
         10.0, "seconds of random play on raw ALE, and again on Gymnasium's env, over all rounds", metavar="S"
     )
@@ -154,6 +161,20 @@ class BenchOptions:
         None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else a local Ray instance"
     )
     seed: int = _setting(0, "seed of the measured training batches")
+    simulate: str | None = _setting(
+        None,
+        "measure seconds per update on a simulated cluster of NODES nodes of CPUS CPUs each (e.g. 1x64, 11x18): "
+        "real driver, Ray and sums on this machine, workers that wait as long as a real match takes",
+        metavar="NODESxCPUS",
+        shown="off",
+    )
+    bank_matches: int = _setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
+    bank_policy: str = _setting(
+        "new",
+        "with --simulate: who plays the bank's matches: new (a new policy: short, lost matches), "
+        "shipped (the shipped agent: long, close ones) or a checkpoint/run directory",
+        metavar="POLICY",
+    )
 
     def validate(self) -> BenchOptions:
         """Return self, or raise ConfigError on a value bench cannot use (TrainConfig's checks where shared)."""
@@ -165,9 +186,18 @@ class BenchOptions:
             bool(self.batch_sizes) and min(self.batch_sizes) >= 1,
             f"--batch-sizes must be positive whole numbers, got {self.batch_sizes}",
         )
-        for name in ("train_batches", "update_batches", "memory_steps"):
+        for name in ("train_batches", "update_batches", "memory_steps", "bank_matches"):
             value = getattr(self, name)
-            check(_is_int(value) and value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+            if value is not None:
+                check(_is_int(value) and value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.simulate is not None:
+            from pgpong.bench.simulate import Shape
+
+            try:
+                Shape.parse(self.simulate)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            check(self.address is None, "--simulate starts a cluster of its own on this machine: drop --address")
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
             check(_is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")

@@ -52,6 +52,22 @@ class EpisodeResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per phase
     record_bytes: int = 0  # memory the episode's record used
 
+    def stats(self) -> EpisodeStats:
+        return EpisodeStats(self.episode, self.score, self.steps, self.seconds, self.timings, self.record_bytes)
+
+
+@dataclass
+class EpisodeStats:
+    """An episode without its gradient: what the driver keeps once the gradient is
+    in its chunk's sum (reduce.py)."""
+
+    episode: EpisodeId
+    score: float
+    steps: int
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    record_bytes: int = 0
+
 
 class EpisodeRecord:
     """What an episode keeps per step, in growable arrays: about 3 bytes per

@@ -1,4 +1,4 @@
-"""The training loop: publish weights, play a batch, sum gradients in episode order,
+"""The training loop: publish weights, play a batch, add its chunk sums in order,
 one RMSProp step, log a row, checkpoint. The run directory it trains in is opened
 by rundir.py."""
 
@@ -17,7 +17,7 @@ import numpy as np
 from pgpong.checkpoint import TrainingState, save_checkpoint
 from pgpong.config import TrainConfig
 from pgpong.policy import Params, RMSProp
-from pgpong.rollout import EpisodeId
+from pgpong.rollout import EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
 from pgpong.workers import Pool
@@ -69,16 +69,21 @@ class Trainer:
         grad = state.weights.zeros_like()
         scores: list[float] = []
         lengths: list[int] = []
+        durations: list[float] = []
         worker_time: Counter[str] = Counter()
         self.log.begin_batch(state.batch + 1, len(episodes), state.running_reward)
-        for result in pool.play_batch(state.weights, episodes):  # in episode order
-            with clock("sum gradients"):
-                result.grad.add_to(grad)
+
+        def finished(result: EpisodeStats) -> None:  # every episode, in episode order
+            durations.append(result.seconds)
             scores.append(result.score)
             lengths.append(result.steps)
             worker_time.update(result.timings, record_bytes=result.record_bytes)
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
+
+        for chunk in pool.play_batch(state.weights, episodes, finished):  # chunk sums, in chunk order (reduce.py)
+            with clock("sum gradients"):
+                chunk.grad.add_to(grad)
         with clock("checkpoint write"):  # the previous batch's, written while this one played:
             self.checkpoints.wait()  # done before the step below changes the arrays it reads
         _check_finite(grad, "the batch's summed gradient", state.batch + 1, cfg)
@@ -106,7 +111,7 @@ class Trainer:
         # On disk while the next batch plays; its progress.csv row follows it there.
         self.checkpoints.write(state, then=lambda: self.log.record(row, phases))
         self._last_end = time.monotonic()
-        return BatchReport(row, phases, dict(worker_time))
+        return BatchReport(row, phases, dict(worker_time), durations, pool.last_batch_bytes)
 
 
 class CheckpointWriter:
@@ -172,6 +177,8 @@ class BatchReport:
     row: BatchRow
     phases: dict[str, float]  # driver-side seconds: publish, barrier, sum gradients, ...
     worker_time: dict[str, float]  # summed over the batch's episodes: emulator, forward, ...
+    durations: list[float]  # each episode's own seconds, in episode order
+    bytes_in: int  # gradient bytes the batch sent into the driver
 
 
 class PhaseClock:

@@ -21,7 +21,16 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from pgpong.cluster import cluster_cpus, start_ray
 from pgpong.envs import make_env
 from pgpong.policy import Params
-from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, compile_kernels, play_episode, play_match
+from pgpong.reduce import ChunkResult, chunk_sizes, sum_in_chunks
+from pgpong.rollout import (
+    EpisodeId,
+    EpisodeResult,
+    EpisodeStats,
+    MatchResult,
+    compile_kernels,
+    play_episode,
+    play_match,
+)
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
 # make the parallel version no faster than the serial one.
@@ -31,6 +40,9 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 STALL_SECONDS = 600.0
 START_SECONDS = 120.0
 START_GRACE_SECONDS = 15.0  # how long the other workers may lag the first one at start
+# More workers than this on one node also get a leader (leaders.py): the driver then
+# hears of chunks, not of every episode.
+LEADERS_ABOVE = 16
 LOOKAHEAD = 2  # episodes a worker may hold at once: the one it plays and the next
 # Tests set this to make workers fail on purpose; nothing else reads it.
 TEST_FAULT = "_PGPONG_TEST_FAULT"
@@ -45,6 +57,13 @@ class WorkerSettings:
     gamma: float = 0.99
 
 
+Finished = Callable[[EpisodeStats], None]  # hears each episode of a batch, in episode order
+
+
+def _ignore(episode: EpisodeStats) -> None:
+    pass
+
+
 class PoolError(RuntimeError):
     """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
 
@@ -53,16 +72,39 @@ class Pool(Protocol):
     @property
     def num_workers(self) -> int: ...  # workers running (0: this process, no Ray)
 
-    replaced: int  # workers replaced after a crash, since the pool started
+    @property
+    def replaced(self) -> int: ...  # workers replaced after a crash, since the pool started
+
     last_batch_seconds: dict[str, float]  # where the last batch's time went: "publish weights", "barrier"
+    last_batch_bytes: int  # gradient bytes the last batch sent into this process
 
     def nodes(self) -> int: ...
 
-    def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]: ...
+    def play_batch(
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+    ) -> Iterator[ChunkResult]: ...
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
 
     def close(self) -> None: ...
+
+
+class WeightsCache:
+    """A worker's copy of the newest published weights: called with the weights or
+    their reference, it returns the weights, fetched from the object store only
+    when the reference is new."""
+
+    def __init__(self) -> None:
+        self._published: tuple[Any, Params] | None = None  # the newest reference, and its weights
+
+    def __call__(self, weights: Params | PublishedWeights) -> Params:
+        if isinstance(weights, Params):
+            return weights
+        if self._published is None or self._published[0] != weights.ref:
+            import ray
+
+            self._published = (weights.ref, ray.get(weights.ref, timeout=STALL_SECONDS))
+        return self._published[1]
 
 
 @dataclass(frozen=True)
@@ -83,7 +125,7 @@ class RolloutWorker:
         _test_fault("start")
         self.settings = settings
         self.env = self._make_env()
-        self._published: tuple[Any, Params] | None = None  # the newest reference, and its weights
+        self._weights = WeightsCache()
         compile_kernels()
         if pin_threads:  # after the imports above, which may load BLAS libraries of their own
             threadpool_limits(1)
@@ -97,16 +139,6 @@ class RolloutWorker:
 
     def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId, greedy: bool) -> MatchResult:
         return play_match(self.env, self._weights(weights), match, greedy)
-
-    def _weights(self, weights: Params | PublishedWeights) -> Params:
-        """The weights themselves: fetched from the object store when they are new."""
-        if isinstance(weights, Params):
-            return weights
-        if self._published is None or self._published[0] != weights.ref:
-            import ray
-
-            self._published = (weights.ref, ray.get(weights.ref, timeout=STALL_SECONDS))
-        return self._published[1]
 
     def pid(self) -> int:
         """This worker's process id; answering it also says the worker has started."""
@@ -148,14 +180,17 @@ class LocalPool:
     num_workers = 0
     replaced = 0
     last_batch_seconds: dict[str, float] = {}
+    last_batch_bytes = 0  # nothing crosses a process boundary
 
     def __init__(self, settings: WorkerSettings):
         self.worker = RolloutWorker(settings, pin_threads=False)
         self._limit = threadpool_limits(1)  # restored by close()
 
-    def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
-        for episode in episodes:
-            yield self.worker.play(weights, episode)
+    def play_batch(
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+    ) -> Iterator[ChunkResult]:
+        played = (self.worker.play(weights, episode) for episode in episodes)
+        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         for match in matches:
@@ -169,12 +204,53 @@ class LocalPool:
         self._limit.restore_original_limits()
 
 
+@dataclass(frozen=True)
+class WorkerKind:
+    """How rollout workers are made: one Ray actor (one process, one CPU) per worker,
+    or, for bench's simulation of a big cluster, one process standing in for
+    `per_process` workers (it holds that many CPUs, and its methods take the slot)."""
+
+    worker_class: type = RolloutWorker
+    per_process: int = 1
+    args: tuple = ()  # passed to worker_class after the WorkerSettings
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One of the workers a shared process stands in for: calls go to the process's
+    method with `slot=index`."""
+
+    actor: Any
+    index: int
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        method = getattr(self.actor, name)
+        return _SlotMethod(method, self.index)
+
+
+@dataclass(frozen=True)
+class _SlotMethod:
+    method: Any
+    index: int
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(*args, slot=self.index)
+
+
+def _process(worker: Any) -> Any:
+    """The Ray actor a worker lives in."""
+    return worker.actor if isinstance(worker, Slot) else worker
+
+
 class RayPool:
     """Long-lived Ray actors, one CPU each. The weights are published once per batch.
 
     A worker that dies (crash, kill, lost node) is replaced and its episode played
     again with the same seed, by whichever worker is free first; a replacement gets
-    work only once it is running, so a lost node never stalls the batch.
+    work only once it is running, so a lost node never stalls the batch. Given a
+    node id, every worker is started on that node (a node leader's pool, leaders.py).
     """
 
     def __init__(
@@ -183,20 +259,31 @@ class RayPool:
         num_workers: int | None = None,
         start_timeout: float = START_SECONDS,
         worker_class: type[RolloutWorker] = RolloutWorker,
+        kind: WorkerKind | None = None,
+        node_id: str | None = None,
     ):
         import ray
 
         self._ray = ray
+        self._kind = kind or WorkerKind(worker_class)
         env_vars = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k == TEST_FAULT}}
-        self._actor_class = ray.remote(num_cpus=1, runtime_env={"env_vars": env_vars})(worker_class)
+        options: dict[str, Any] = {"num_cpus": self._kind.per_process, "runtime_env": {"env_vars": env_vars}}
+        if self._kind.per_process > 1:  # its slots' calls run side by side, each in a thread
+            options["max_concurrency"] = self._kind.per_process * LOOKAHEAD + 4
+        if node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        self._actor_class: Any = ray.remote(**options)(self._kind.worker_class)
         self._settings = settings
         self.size = num_workers or cluster_cpus()
         self.replaced = 0
         self.last_batch_seconds: dict[str, float] = {}
+        self.last_batch_bytes = 0
         self._failures = 0  # deaths since the last episode that finished
-        self._ready: list = []  # running actors
-        self._starting: dict = {}  # pid() ref -> actor still starting
-        for _ in range(self.size):
+        self._ready: list = []  # running workers
+        self._starting: dict = {}  # pid() ref -> the workers of a process still starting
+        for _ in range(-(-self.size // self._kind.per_process)):
             self._start_actor()
         # Wait for every worker, but once one runs, only a little longer for the rest:
         # those that cannot be placed yet join the batches when they start.
@@ -213,69 +300,80 @@ class RayPool:
         return len(self._ready)
 
     def _start_actor(self) -> None:
-        actor = self._actor_class.remote(self._settings)
-        self._starting[cast(Any, actor).pid.remote()] = actor
+        kind = self._kind
+        actor = self._actor_class.remote(self._settings, *kind.args)
+        workers = [actor] if kind.per_process == 1 else [Slot(actor, i) for i in range(kind.per_process)]
+        self._starting[cast(Any, workers[0]).pid.remote()] = workers
 
-    def _poll_starting(self, timeout: float) -> None:
-        """Move actors whose start has finished into the ready list (or count the failure)."""
+    def _poll_starting(self, timeout: float) -> list:
+        """Move workers whose start has finished into the ready list (or count the
+        failure); the workers that became ready."""
         done, _ = self._ray.wait(list(self._starting), num_returns=len(self._starting), timeout=timeout)
+        started = []
         for ref in done:
-            actor = self._starting.pop(ref)
+            workers = self._starting.pop(ref)
             try:
                 self._ray.get(ref)
             except self._ray.exceptions.RayError as exc:
                 self._failed(exc, "a rollout worker could not start")
                 self._start_actor()
             else:
-                self._ready.append(actor)
+                self._ready.extend(workers)
+                started.extend(workers)
+        return started
 
     def _failed(self, exc: BaseException, what: str) -> None:
         self._failures += 1
         if self._failures > max(3, 2 * self.size):
             raise PoolError(f"{what}, {self._failures} times in a row: {_reason(exc)}") from None
 
-    def play_batch(self, weights: Params, episodes: list[EpisodeId]) -> Iterator[EpisodeResult]:
-        return self._run_batch("play", weights, episodes)
+    def publish(self, weights: Params) -> PublishedWeights:
+        """The batch's weights in the object store, once; each worker fetches them once."""
+        began = time.perf_counter()
+        published = PublishedWeights(self._ray.put(weights))
+        self.last_batch_seconds = {"publish weights": time.perf_counter() - began}
+        return published
+
+    def play_batch(
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+    ) -> Iterator[ChunkResult]:
+        played = self.run_batch("play", self.publish(weights), episodes)
+        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
-        return self._run_batch("evaluate", weights, matches, greedy)
+        return self.run_batch("evaluate", self.publish(weights), matches, greedy)
 
-    def _run_batch(self, method: str, weights: Params, episodes: list[EpisodeId], *args) -> Iterator:
-        """Call RolloutWorker.`method`(the published weights, episode, *args) for every episode; yield in order."""
+    def run_batch(self, method: str, published: PublishedWeights, episodes: list[EpisodeId], *args) -> Iterator:
+        """Call RolloutWorker.`method`(published, episode, *args) for every episode;
+        yield the results in episode order."""
         ray = self._ray
-        began = time.perf_counter()
-        published = PublishedWeights(ray.put(weights))  # once; each worker fetches it once
-        self.last_batch_seconds = {"publish weights": time.perf_counter() - began}
+        self.last_batch_bytes = 0
         todo = deque(range(len(episodes)))
-        idle_since: dict = {}  # actor -> when it ran out of work in this batch
-        running: dict = {}  # task ref -> (actor, position in episodes)
-        finished: dict[int, EpisodeResult] = {}
+        hand = _HandOut(self._ready)
+        running: dict = {}  # task ref -> (worker, position in episodes)
+        finished: dict[int, Any] = {}
         next_out, last_progress = 0, time.monotonic()
 
-        def start(actor, position: int):  # the task that plays episodes[position] on `actor`
-            return getattr(actor, method).remote(published, episodes[position], *args)
-
         while next_out < len(episodes):
-            for actor in self._hand_out(todo, running, start):
-                idle_since.pop(actor, None)
+            for worker, position in hand.out(todo):
+                running[getattr(worker, method).remote(published, episodes[position], *args)] = (worker, position)
             done, _ = ray.wait([*running, *self._starting], num_returns=1, timeout=1.0)
             for ref in done:
                 if ref in self._starting:
-                    self._poll_starting(timeout=0)
+                    for worker in self._poll_starting(timeout=0):
+                        hand.join(worker)
                     continue
-                actor, position = running.pop(ref)
-                result = self._result(ref, actor)
+                worker, position = running.pop(ref)
+                result = self._result(ref, worker, hand)
                 if result is None:  # its worker died: played again, with the same seed
                     todo.appendleft(position)
                     continue
                 finished[position] = result
+                self.last_batch_bytes += _grad_bytes(result)
                 last_progress = time.monotonic()
-                if not todo and all(a is not actor for a, _ in running.values()):
-                    idle_since.setdefault(actor, time.perf_counter())
+                hand.back(worker, idle=not todo)
             if not running and not todo:  # the slowest episode is in: the barrier is over
-                end = time.perf_counter()
-                idle = sum(end - t for t in idle_since.values())
-                self.last_batch_seconds["barrier"] = idle / max(1, len(self._ready))
+                self.last_batch_seconds["barrier"] = hand.idle_seconds() / max(1, len(self._ready))
             while next_out in finished:
                 yield finished.pop(next_out)
                 next_out += 1
@@ -284,42 +382,28 @@ class RayPool:
             if not self._ready and not self._starting:
                 raise PoolError("no rollout worker is left")
 
-    def _result(self, ref, actor) -> Any:
+    def _result(self, ref, worker, hand: _HandOut) -> Any:
         """The task's result, or None if its worker died (replaced here, once per death)."""
         try:
             result = self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
-            if actor in self._ready:  # its queued episode fails too: one death, one replacement
-                self._replace(actor)
+            if worker in hand.held:  # its queued episode fails too: one death, one replacement
+                for gone in self._replace(worker):
+                    hand.leave(gone)
                 self._failed(exc, "rollout workers keep failing")
             return None
         self._failures = 0
         return result
 
-    def _hand_out(self, todo: deque[int], running: dict, call: Callable[[Any, int], Any]) -> list:
-        """Give every free worker an episode from `todo` (`call(actor, position)` starts
-        it; `running` maps its task to (actor, position)); the workers that got one.
-
-        While episodes are plentiful, each worker also holds the next one in its queue
-        and starts it the moment the first ends, instead of after a round trip to this
-        process (about 4 ms); the last ones go only to free workers, so that the
-        batch's end stays balanced."""
-        given = []
-        for depth in range(1, LOOKAHEAD + 1):
-            for actor in self._ready:
-                held = sum(1 for a, _ in running.values() if a is actor)
-                if todo and held < depth and (depth == 1 or len(todo) >= 2 * len(self._ready)):
-                    position = todo.popleft()
-                    running[call(actor, position)] = (actor, position)
-                    given.append(actor)
-        return given
-
-    def _replace(self, dead) -> None:
-        if dead in self._ready:
-            self._ready.remove(dead)
-        self._ray.kill(dead, no_restart=True)
+    def _replace(self, dead) -> list:
+        """Replace the process of a dead worker; the workers that went with it."""
+        process = _process(dead)
+        gone = [worker for worker in self._ready if _process(worker) == process] or [dead]
+        self._ready = [worker for worker in self._ready if _process(worker) != process]
+        self._ray.kill(process, no_restart=True)
         self._start_actor()
-        self.replaced += 1
+        self.replaced += len(gone)
+        return gone
 
     def nodes(self) -> int:
         """How many Ray nodes the running workers are spread over."""
@@ -330,12 +414,66 @@ class RayPool:
 
     def call_all(self, method: str, *args) -> list:
         """Call a RolloutWorker method on every running worker at once; answers in order."""
-        return self._ray.get([getattr(actor, method).remote(*args) for actor in self._ready], timeout=STALL_SECONDS)
+        return self._ray.get([getattr(worker, method).remote(*args) for worker in self._ready], timeout=STALL_SECONDS)
 
     def close(self) -> None:
-        for actor in [*self._ready, *self._starting.values()]:
-            self._ray.kill(actor)
+        for process in {_process(w) for w in self._ready} | {_process(ws[0]) for ws in self._starting.values()}:
+            self._ray.kill(process)
         self._ready, self._starting = [], {}
+
+
+class _HandOut:
+    """Which worker gets the next episode, in constant time per event.
+
+    Every free worker gets one; while episodes are plentiful (at least two per
+    worker left), each also holds the next one in its queue and starts it the moment
+    the first ends, instead of after a round trip to this process (about 4 ms); the
+    last ones go only to free workers, so that the batch's end stays balanced."""
+
+    def __init__(self, workers: list):
+        self.held: dict[Any, int] = dict.fromkeys(workers, 0)  # episodes each worker holds
+        self._with = [deque(workers), deque()]  # candidates holding 0 and 1 (checked when taken)
+        self._idle_since: dict[Any, float] = {}  # worker -> when it ran out of work in this batch
+
+    def out(self, todo: deque[int]) -> Iterator[tuple[Any, int]]:
+        """(worker, position) for every episode handed out now, taken from `todo`."""
+        for depth in range(LOOKAHEAD):
+            queue = self._with[depth]
+            while todo and queue and (depth == 0 or len(todo) >= 2 * len(self.held)):
+                worker = queue.popleft()
+                if self.held.get(worker) != depth:  # stale: it took or finished one since
+                    continue
+                self.held[worker] = depth + 1
+                if depth + 1 < LOOKAHEAD:
+                    self._with[depth + 1].append(worker)
+                self._idle_since.pop(worker, None)
+                yield worker, todo.popleft()
+
+    def back(self, worker: Any, idle: bool) -> None:
+        """`worker` finished an episode; `idle`: nothing is left to hand out."""
+        if worker not in self.held:
+            return
+        self.held[worker] -= 1
+        self._with[self.held[worker]].append(worker)
+        if idle and not self.held[worker]:
+            self._idle_since.setdefault(worker, time.perf_counter())
+
+    def join(self, worker: Any) -> None:
+        self.held[worker] = 0
+        self._with[0].append(worker)
+
+    def leave(self, worker: Any) -> None:
+        self.held.pop(worker, None)
+        self._idle_since.pop(worker, None)
+
+    def idle_seconds(self) -> float:
+        now = time.perf_counter()
+        return sum(now - t for t in self._idle_since.values())
+
+
+def _grad_bytes(result: Any) -> int:
+    grad = getattr(result, "grad", None)
+    return grad.nbytes if grad is not None else 0
 
 
 def _reason(exc: BaseException) -> str:
@@ -358,11 +496,14 @@ def open_pool(
     at_most: int | None = None,
     note: Callable[[str], None] = lambda text: None,
     worker_class: type[RolloutWorker] = RolloutWorker,
-) -> LocalPool | RayPool:
+    kind: WorkerKind | None = None,
+) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
-    locally. More workers than the cluster has CPUs are not waited for: `note` says
-    how many run. Close the pool, then call stop_ray()."""
+    locally. On a cluster of several nodes, a leader on each node runs that node's
+    workers (leaders.ClusterPool); on one node the driver runs them (RayPool). More
+    workers than the cluster has CPUs are not waited for: `note` says how many run.
+    Close the pool, then call stop_ray()."""
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
@@ -372,4 +513,9 @@ def open_pool(
     elif workers > cpus:
         note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
         workers = cpus
-    return RayPool(settings, workers, worker_class=worker_class)
+    kind = kind or WorkerKind(worker_class)
+    from pgpong.leaders import ClusterPool, nodes_with_cpus
+
+    if len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:
+        return ClusterPool(settings, workers, kind)
+    return RayPool(settings, workers, kind=kind)

@@ -9,31 +9,27 @@ its point is to measure the emulator with nothing of Gymnasium or pgpong around 
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import os
 import platform
 import resource
 import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from pgpong.bench.updates import scratch_trainer, update_table, updates
 from pgpong.cluster import stop_ray
 from pgpong.config import BenchOptions
 from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
+from pgpong.leaders import ClusterPool
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
-from pgpong.rundir import create_run_files, open_run
-from pgpong.runlog import LiveLine, RunLog
-from pgpong.trainer import BatchReport, Trainer
+from pgpong.trainer import BatchReport
 from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker, WorkerSettings, open_pool
+
+BenchPool = RayPool | ClusterPool
 
 PER_STEP = ("emulator", "input and forward", "bookkeeping")
 PER_EPISODE = ("reset", "backward")
@@ -159,26 +155,12 @@ def _seconds_per_call(call, times: int) -> float:
     return (time.perf_counter() - began) / times
 
 
-def run_bench(opts: BenchOptions, progress: TextIO = sys.stderr) -> dict[str, Any]:
-    stage: dict[str, Any] = {"text": "starting Ray", "began": time.monotonic()}
-    live = LiveLine(lambda: f"bench: {stage['text']} | {time.monotonic() - stage['began']:5.1f} s", progress)
-
-    def status(text: str) -> None:  # the live line only: where inside a stage
-        stage.update(text=text, began=time.monotonic())
-
-    def say(text: str) -> None:  # a plain line per stage, and on a terminal the stage's elapsed time
-        status(text)
-        live.print(f"bench: {text}")
-
-    with live:
-        return _run_bench(opts, say, status)
-
-
-def _run_bench(opts: BenchOptions, say: Callable[[str], None], status: Callable[[str], None]) -> dict[str, Any]:
+def measure(opts: BenchOptions, say: Callable[[str], None], status: Callable[[str], None]) -> dict[str, Any]:
+    """Every figure of `pgpong bench` on real workers (this machine or a cluster)."""
     try:
         settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
         pool = open_pool(settings, opts.workers, opts.address, note=say, worker_class=BenchWorker)
-        assert isinstance(pool, RayPool)  # bench measures Ray workers: --workers 0 is refused
+        assert isinstance(pool, RayPool | ClusterPool)  # bench measures Ray workers: --workers 0 is refused
         workers = pool.num_workers
         try:
             report: dict[str, Any] = {"setup": _setup(opts, workers)}
@@ -197,18 +179,11 @@ def _run_bench(opts: BenchOptions, say: Callable[[str], None], status: Callable[
             report["training"] = _training_figures(reports, raw, ceiling, report["original"])
             report["time"] = _where_time_goes(reports, workers)
             report["updates"] = []
+            count = opts.update_batches or 2
             for size in opts.batch_sizes:
-                say(f"seconds per update: batch {size}, 1 warm-up + {opts.update_batches} batches")
-                with _scratch_trainer(pool, opts, batch_size=size) as trainer:
-                    times = [trainer.train_batch().row.batch_s for _ in range(opts.update_batches + 1)][1:]
-                report["updates"].append(
-                    {
-                        "batch_size": size,
-                        "workers": workers,
-                        "seconds_median": statistics.median(times),
-                        "seconds": times,
-                    }
-                )
+                say(f"seconds per update: batch {size}, 1 warm-up + {count} batches")
+                with scratch_trainer(pool, opts, batch_size=size) as trainer:
+                    report["updates"].append(updates(trainer, pool, count, status))
         finally:
             pool.close()
         say(f"memory: one worker playing a {opts.memory_steps:,}-step episode")
@@ -230,7 +205,7 @@ def _setup(opts: BenchOptions, workers: int) -> dict[str, Any]:
 
 
 def _rounds(
-    pool: RayPool, opts: BenchOptions, status: Callable[[str], None]
+    pool: BenchPool, opts: BenchOptions, status: Callable[[str], None]
 ) -> tuple[list[dict], list[dict], list[BatchReport]]:
     """Gymnasium's env, raw ALE and a training batch, back to back, `train_batches`
     times (after a warm-up batch), then raw ALE once more: on a shared machine whose
@@ -241,7 +216,7 @@ def _rounds(
     raw: list[dict] = []
     ceiling: list[dict] = []
     reports: list[BatchReport] = []
-    with _scratch_trainer(pool, opts, batch_size=10) as trainer:
+    with scratch_trainer(pool, opts, batch_size=10) as trainer:
         status("warm-up training batch")
         trainer.train_batch()
         for k in range(rounds):
@@ -287,31 +262,11 @@ def _ceiling(rounds: list[dict]) -> dict[str, Any]:
     }
 
 
-def _original(pool: RayPool, opts: BenchOptions) -> dict[str, float]:
+def _original(pool: BenchPool, opts: BenchOptions) -> dict[str, float]:
     """All workers play the original algorithm's episodes (pgpong.original) at once."""
     runs = pool.call_all("original_play", opts.original_seconds, opts.seed)
     steps_per_s = sum(r["steps"] for r in runs) / max(r["seconds"] for r in runs)
     return {"steps_per_s": steps_per_s, "episodes": sum(r["episodes"] for r in runs)}
-
-
-@contextmanager
-def _scratch_trainer(pool: RayPool, opts: BenchOptions, batch_size: int) -> Iterator[Trainer]:
-    """The real trainer (checkpoints included) in a scratch run directory."""
-    settings = {
-        "env_id": opts.env_id,
-        "batch_size": batch_size,
-        "seed": opts.seed,
-        "max_episode_steps": opts.max_episode_steps,
-        "keep_checkpoints": 1,
-    }
-    with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
-        run = open_run(Path(scratch) / "run", settings)
-        create_run_files(run, {"bench": True})
-        trainer = Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO()))
-        try:
-            yield trainer
-        finally:
-            trainer.checkpoints.close()  # before the scratch directory goes
 
 
 def _training_figures(
@@ -435,8 +390,7 @@ def format_report(report: dict[str, Any]) -> str:
             BETWEEN: "workers idle between episodes: Ray's round trips, the driver's step",
         }.get(name, name)
         lines.append(f"| {label} | {ms:,.1f} | {100 * tm['driver_share_of_batch'][name]:.1f}% |")
-    lines += ["", "| batch size | workers | seconds per update (median) |", "| ---: | ---: | ---: |"]
-    lines += [f"| {u['batch_size']} | {u['workers']} | {u['seconds_median']:.2f} |" for u in report["updates"]]
+    lines += ["", *update_table(report["updates"])]
     lines += [
         "",
         "| memory | |",
@@ -447,7 +401,3 @@ def format_report(report: dict[str, Any]) -> str:
         f" (before it: {m['worker_rss_before_bytes'] / 2**20:,.0f} MB) |",
     ]
     return "\n".join(lines)
-
-
-def print_report(report: dict[str, Any], as_json: bool, out: TextIO = sys.stdout) -> None:
-    print(json.dumps(report, indent=2) if as_json else format_report(report), file=out, flush=True)

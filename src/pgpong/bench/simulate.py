@@ -1,0 +1,240 @@
+"""`pgpong bench --simulate NODESxCPUS`: the real driver at the size of a big machine
+or a cluster, on this one.
+
+A local Ray cluster of NODES nodes (a raylet each, all on this machine) declares
+CPUS CPUs per node. Its rollout workers do not emulate: each match lasts as long as
+a real match of its length would at the per-core speed measured here, and returns a
+real gradient: both taken from a bank of real matches played first, on this
+machine, with their real lengths and sparsity. Everything else is real: the driver
+and the trainer, Ray's tasks and transfers, the leaders and their chunk sums, the
+checkpoints. One process stands in for up to 32 workers of a node (198 worker
+processes would not fit in memory): it holds their CPUs and plays one match per
+worker at a time, so the driver receives what it would from that many workers.
+
+Per update it reports the seconds, the shortest time any schedule could take with
+those match durations (lower_bound_s), their ratio (efficiency), the driver's CPU
+time and the bytes of gradients that reached the driver; updates() gives the same
+figures for real workers (bench on this machine or a real cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pgpong.bench.updates import scratch_trainer, update_table, updates
+from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
+from pgpong.config import BenchOptions
+from pgpong.policy import Params
+from pgpong.rollout import EpisodeId, EpisodeResult
+from pgpong.workers import PublishedWeights, RayPool, WeightsCache, WorkerKind, WorkerSettings, open_pool
+
+MAX_SLOTS = 32  # simulated workers per process at most
+
+
+@dataclass(frozen=True)
+class Shape:
+    """NODES x CPUS: a cluster of `nodes` nodes with `cpus` CPUs each."""
+
+    nodes: int
+    cpus: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        nodes, sep, cpus = text.lower().partition("x")
+        if not (sep and nodes.strip().isdigit() and cpus.strip().isdigit()):
+            raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
+        shape = cls(int(nodes), int(cpus))
+        if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):
+            raise ValueError(f"--simulate {text}: at most 64 nodes of at most 512 CPUs each")
+        return shape
+
+    @property
+    def workers(self) -> int:
+        return self.nodes * self.cpus
+
+    @property
+    def per_process(self) -> int:
+        """Simulated workers per process: the largest divisor of CPUS up to MAX_SLOTS."""
+        return max(d for d in range(1, min(self.cpus, MAX_SLOTS) + 1) if self.cpus % d == 0)
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.cpus}"
+
+
+class SimulatedWorkers:
+    """One process standing in for several rollout workers of a node (its slots).
+    A slot plays one match at a time: the bank's match for that episode, as long as
+    it would take here, with its real gradient."""
+
+    def __init__(self, settings: WorkerSettings, bank: list[EpisodeResult], seconds_per_step: float):
+        self.settings = settings
+        self.bank = bank
+        self.seconds_per_step = seconds_per_step
+        self._weights = WeightsCache()
+        self._locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId, slot: int = 0) -> EpisodeResult:
+        with self._guard:
+            lock = self._locks.setdefault(slot, threading.Lock())
+        with lock:  # a worker plays its matches one after another
+            began = time.perf_counter()
+            with self._guard:
+                self._weights(weights)  # fetched once a batch, as a real worker does
+            match = self.bank[bank_index(episode, len(self.bank))]
+            duration = match.steps * self.seconds_per_step
+            time.sleep(max(0.0, duration - (time.perf_counter() - began)))
+            return EpisodeResult(episode, match.grad, match.score, match.steps, duration, {}, match.record_bytes)
+
+    def pid(self, slot: int = 0) -> int:
+        return os.getpid()
+
+    def node_id(self, slot: int = 0) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+def bank_index(episode: EpisodeId, size: int) -> int:
+    """Which banked match stands for an episode: fixed, and spread over the bank."""
+    return (episode.batch * 7919 + episode.episode * 104729 + episode.seed) % size
+
+
+@dataclass
+class Bank:
+    matches: list[EpisodeResult]
+    seconds_per_step: float  # per core, with every core of this machine playing
+
+    def summary(self) -> dict[str, Any]:
+        steps = [m.steps for m in self.matches]
+        return {
+            "matches": len(steps),
+            "steps_mean": statistics.mean(steps),
+            "steps_min": min(steps),
+            "steps_max": max(steps),
+            "steps_per_s_per_core": 1 / self.seconds_per_step,
+            "gradient_mb_mean": statistics.mean(m.grad.nbytes for m in self.matches) / 2**20,
+        }
+
+
+def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int, workers: int) -> Bank:
+    """Real matches on `workers` real rollout workers of the head node, all at once."""
+    import ray
+
+    head = ray.get_runtime_context().get_node_id()
+    pool = RayPool(settings, workers, node_id=head)
+    try:
+        ids = [EpisodeId(seed, 2**31, k) for k in range(matches)]  # a batch number no run reaches
+        played = list(pool.run_batch("play", pool.publish(weights), ids))
+    finally:
+        pool.close()
+    seconds_per_step = sum(m.seconds for m in played) / sum(m.steps for m in played)
+    return Bank(played, seconds_per_step)
+
+
+def start_cluster(shape: Shape, object_store_mb: int = 150) -> Any:
+    """A local Ray cluster of shape.nodes raylets declaring shape.cpus CPUs each,
+    with the settings of the Ray instance pgpong starts; this process joins it."""
+    import logging
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    set_auth_mode("token")  # a new local cluster, as Ray's own default since 2.59, chosen explicitly
+    store = object_store_mb * 2**20
+    head = {"num_cpus": shape.cpus, "include_dashboard": False, "object_store_memory": store}
+    cluster = Cluster(initialize_head=True, head_node_args={**head, "_system_config": LOCAL_SYSTEM_CONFIG})
+    for _ in range(shape.nodes - 1):
+        cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level=logging.WARNING)
+    return cluster
+
+
+def simulated_kind(settings: WorkerSettings, shape: Shape, bank: Bank) -> WorkerKind:
+    import ray
+
+    bank_ref = ray.put(bank.matches)  # once; each simulating process fetches it once
+    return WorkerKind(SimulatedWorkers, shape.per_process, (bank_ref, bank.seconds_per_step))
+
+
+def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
+    """The weights the bank's matches are played with, and what they are."""
+    if opts.bank_policy == "new":
+        return Params.initial(200, opts.seed), f"a new policy (seed {opts.seed})"
+    from pgpong.evaluate import load_policy
+
+    policy = load_policy(None if opts.bank_policy == "shipped" else Path(opts.bank_policy))
+    return policy.weights, "the shipped agent" if opts.bank_policy == "shipped" else policy.source
+
+
+def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[str], None]) -> dict[str, Any]:
+    """Seconds per update of the real driver at opts.simulate's size (see the module's docstring)."""
+    import ray
+
+    shape = Shape.parse(str(opts.simulate))
+    settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
+    weights, source = bank_policy(opts)
+    say(f"starting a local Ray cluster of {shape.nodes} node(s) of {shape.cpus} CPUs: {shape.nodes} raylet(s)")
+    cluster = start_cluster(shape)
+    try:
+        real = min(os.cpu_count() or 1, shape.cpus)
+        say(f"bank: {opts.bank_matches} real matches of {source} on {real} real worker(s), all cores busy")
+        bank = play_bank(settings, weights, opts.bank_matches, opts.seed, real)
+        processes = shape.workers // shape.per_process
+        say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
+        pool = open_pool(settings, shape.workers, None, kind=simulated_kind(settings, shape, bank))
+        try:
+            rows = []
+            count = opts.update_batches or 5
+            for size in opts.batch_sizes:
+                say(f"batch {size}: 1 warm-up + {count} updates")
+                with scratch_trainer(pool, opts, batch_size=size) as trainer:
+                    rows.append(updates(trainer, pool, count, status))
+        finally:
+            pool.close()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return {
+        "simulated": {
+            "shape": str(shape),
+            "nodes": shape.nodes,
+            "cpus_per_node": shape.cpus,
+            "workers": shape.workers,
+            "worker_processes": processes,
+            "machine_cpus": os.cpu_count(),
+            "env_id": opts.env_id,
+            "max_episode_steps": opts.max_episode_steps,
+            "bank_policy": source,
+        },
+        "bank": bank.summary(),
+        "updates": rows,
+    }
+
+
+def format_simulation(report: dict[str, Any]) -> str:
+    s, b = report["simulated"], report["bank"]
+    return "\n".join(
+        [
+            f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s), "
+            f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)",
+            "",
+            f"Matches from a bank of {b['matches']} real ones of {s['bank_policy']}: {b['steps_mean']:,.0f} steps "
+            f"on average ({b['steps_min']:,}-{b['steps_max']:,}), played at {b['steps_per_s_per_core']:,.0f} "
+            f"steps/s per core; gradients of {b['gradient_mb_mean']:.2f} MB on average.",
+            "",
+            *update_table(report["updates"]),
+            "",
+            "Simulated: the emulation (each worker waits as long as its match would take). Real: the driver, Ray, "
+            "the leaders, the transfers, the sums and the checkpoints, all sharing this machine's cores.",
+        ]
+    )

@@ -1,0 +1,116 @@
+"""Seconds per update, measured the same way for real workers and simulated ones: the
+update's seconds, the shortest time any schedule could take with its matches'
+durations, their ratio, the driver's CPU time and the gradient bytes it received."""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pgpong.config import BenchOptions
+from pgpong.rundir import create_run_files, open_run
+from pgpong.runlog import RunLog
+from pgpong.trainer import BatchReport, Trainer
+from pgpong.workers import Pool
+
+
+@contextmanager
+def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator[Trainer]:
+    """The real trainer (checkpoints included) in a scratch run directory."""
+    settings = {
+        "env_id": opts.env_id,
+        "batch_size": batch_size,
+        "seed": opts.seed,
+        "max_episode_steps": opts.max_episode_steps,
+        "keep_checkpoints": 1,
+    }
+    with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
+        run = open_run(Path(scratch) / "run", settings)
+        create_run_files(run, {"bench": True})
+        trainer = Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO()))
+        try:
+            yield trainer
+        finally:
+            trainer.checkpoints.close()  # before the scratch directory goes
+
+
+def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None]) -> dict[str, Any]:
+    """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
+    of any schedule, efficiency, the driver's CPU and the bytes it received, each
+    the median over the updates."""
+    trainer.train_batch()  # warm-up: compiled code, first transfers, worker caches
+    rows = []
+    for k in range(count):
+        status(f"update {k + 1}/{count}")
+        cpu, busy = time.process_time(), machine_busy_seconds()
+        report = trainer.train_batch()
+        row = _update_row(report, time.process_time() - cpu, pool.num_workers)
+        if busy is not None:  # how much of the machine's CPUs everything on it used during the update
+            row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
+            row["machine_busy"] /= (os.cpu_count() or 1) * report.row.batch_s
+        rows.append(row)
+    median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
+    return {
+        "batch_size": trainer.config.batch_size,
+        "workers": pool.num_workers,
+        "nodes": pool.nodes(),
+        "seconds_per_update": median("seconds"),
+        "lower_bound_s": median("lower_bound_s"),
+        "efficiency": median("efficiency"),
+        "driver_cpu_ms": median("driver_cpu_ms"),
+        "bytes_into_driver": median("bytes_into_driver"),
+        "barrier_s": median("barrier_s"),
+        "machine_busy": median("machine_busy") if all("machine_busy" in r for r in rows) else None,
+        "episode_len_mean": median("episode_len_mean"),
+        "updates": rows,
+    }
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds all of this machine's processes have used since it started
+    (Linux: /proc/stat), or None where that cannot be read."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, float]:
+    durations = report.durations
+    lower_bound = max(max(durations), sum(durations) / workers)
+    return {
+        "seconds": report.row.batch_s,
+        "lower_bound_s": lower_bound,
+        "efficiency": lower_bound / report.row.batch_s,
+        "driver_cpu_ms": 1e3 * cpu_s,
+        "bytes_into_driver": report.bytes_in,
+        "barrier_s": report.row.barrier_s,
+        "episode_len_mean": report.row.episode_len_mean,
+    }
+
+
+def update_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The seconds-per-update figures as a Markdown table."""
+    lines = [
+        "| batch | workers | nodes | seconds per update | lower bound | efficiency | driver CPU | into the driver |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for u in rows:
+        lines.append(
+            f"| {u['batch_size']} | {u['workers']} | {u['nodes']} | {u['seconds_per_update']:.2f} s"
+            f" | {u['lower_bound_s']:.2f} s | {u['efficiency']:.2f} | {u['driver_cpu_ms']:.0f} ms"
+            f" | {u['bytes_into_driver'] / 2**20:.1f} MB |"
+        )
+    return lines

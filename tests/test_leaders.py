@@ -1,0 +1,119 @@
+"""The cluster pool (a leader per node, chunk sums): a local cluster of three nodes of
+two CPUs each (three raylets on this machine). Weights are the same to the bit with
+no Ray, with two workers on one node and with six workers on three nodes, at a batch
+of three chunks; and when a node is lost in the middle of a batch."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from conftest import hang_guard, train_in_process
+from pgpong.leaders import ClusterPool, nodes_with_cpus
+from pgpong.reduce import CHUNK, chunk_sizes
+from pgpong.workers import RayPool, WorkerSettings
+
+SETTINGS = dict(seed=3, batch_size=2 * CHUNK + 8, hidden=16, max_episode_steps=100)
+WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 200,
+    "health_check_timeout_ms": 200,
+    "health_check_failure_threshold": 5,
+}
+STORE = 100 * 1024**2
+
+
+def three_nodes():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": 2, "include_dashboard": False, "object_store_memory": STORE}
+    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
+    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level=logging.WARNING)
+    return c, nodes
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+
+    c, nodes = three_nodes()
+    try:
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return train_in_process(tmp_path_factory.mktemp("ref") / "run", 0, 2, SETTINGS)
+
+
+def assert_same_state(state, reference):
+    np.testing.assert_array_equal(state.weights.W1, reference.weights.W1)
+    np.testing.assert_array_equal(state.weights.W2, reference.weights.W2)
+    np.testing.assert_array_equal(state.cache.W1, reference.cache.W1)
+    assert state.running_reward == reference.running_reward
+    assert state.env_steps == reference.env_steps
+
+
+def test_the_batch_spans_three_chunks():
+    assert chunk_sizes(SETTINGS["batch_size"]) == [CHUNK, CHUNK, 8]
+
+
+@pytest.mark.slow
+def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, cluster, reference):
+    assert len(nodes_with_cpus()) == 3
+    pool = ClusterPool(WORKERS, 6)
+    try:
+        assert (pool.nodes(), pool.num_workers) == (3, 6)
+        state = train_in_process(tmp_path / "three", 6, 2, SETTINGS, pool=pool)
+        # the driver received one array per chunk, not one per episode
+        assert 0 < pool.last_batch_bytes <= 3 * 16 * 6400 * 4 + 3 * (16 * 4 + 6400 * 2)
+    finally:
+        pool.close()
+    assert_same_state(state, reference)
+
+    head = nodes_with_cpus()[0][0]
+    one_node = RayPool(WORKERS, 2, node_id=head)
+    try:
+        assert one_node.nodes() == 1
+        assert_same_state(train_in_process(tmp_path / "one", 2, 2, SETTINGS, pool=one_node), reference)
+    finally:
+        one_node.close()
+
+
+class NodeLosingPool(ClusterPool):
+    """Removes a worker node right after the second batch's chunks are handed out."""
+
+    def __init__(self, cluster, node):
+        self.cluster, self.node, self.calls, self.removed = cluster, node, 0, False
+        super().__init__(WORKERS, 6)
+
+    def _call(self, leader, method, *args):
+        stream = super()._call(leader, method, *args)
+        self.calls += 1
+        if self.calls == 2 * 3:  # batch 2: the third leader has its chunk
+            self.cluster.remove_node(self.node, allow_graceful=False)
+            self.removed = True
+        return stream
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_batch_costs_its_chunks_only_and_changes_no_weight(tmp_path, reference, cluster):
+    c, nodes = cluster  # the last test of the module: it takes a node away
+    pool = NodeLosingPool(c, nodes[-1])
+    try:
+        with hang_guard(180):
+            state = train_in_process(tmp_path / "lost", 6, 2, SETTINGS, pool=pool)
+        assert pool.removed and pool.calls > 2 * 3  # the lost chunk was handed to another leader
+        assert (pool.nodes(), pool.num_workers, pool.replaced) == (2, 4, 2)
+    finally:
+        pool.close()
+    assert_same_state(state, reference)
