@@ -89,6 +89,27 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, clust
         one_node.close()
 
 
+@pytest.mark.slow
+def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(cluster):
+    from pgpong.evaluate import match_ids
+    from pgpong.policy import Params
+    from pgpong.workers import LocalPool
+
+    weights, matches = Params.initial(16, 1), match_ids(4, 20)  # two units of matches: 16 and 4
+    pool = ClusterPool(WORKERS, 6)
+    try:
+        spread = list(pool.evaluate(weights, matches))
+    finally:
+        pool.close()
+    local = LocalPool(WORKERS)
+    try:
+        alone = list(local.evaluate(weights, matches))
+    finally:
+        local.close()
+    assert [m.episode for m in spread] == matches
+    assert [(m.score, m.steps) for m in spread] == [(m.score, m.steps) for m in alone]
+
+
 class NodeLosingPool(ClusterPool):
     """Removes a worker node right after the second batch's chunks are handed out."""
 

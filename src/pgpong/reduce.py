@@ -16,6 +16,7 @@ episode order: 0 + S = S to the bit, because a sum that starts at +0 never becom
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from pgpong.policy import EpisodeGradient, Params
 from pgpong.rollout import EpisodeResult, EpisodeStats
 
 CHUNK = 16  # episodes per partial sum: batches up to 16 are one chunk
+SUMMING = "sum gradients"  # the phase the time spent summing is counted in
 
 
 def chunk_sizes(batch_size: int) -> list[int]:
@@ -88,16 +90,24 @@ def sum_in_chunks(
     sizes: list[int],
     finished: Callable[[EpisodeStats], None] = lambda episode: None,
     info: Callable[[], dict[str, float]] = dict,
+    seconds: dict[str, float] | None = None,
 ) -> Iterator[ChunkResult]:
     """Fold episode results, given in episode order, into chunk sums of the given
     sizes; yield each chunk as its last episode comes in (with `info()` attached).
-    `finished` hears every episode as it is folded."""
+    `finished` hears every episode as it is folded; the time spent summing is
+    added to seconds["sum gradients"]."""
     results = iter(results)
+    seconds = {} if seconds is None else seconds
     for size in sizes:
         chunk = ChunkSum()
         for result in itertools.islice(results, size):
+            began = time.perf_counter()
             chunk.add(result)
+            seconds[SUMMING] = seconds.get(SUMMING, 0.0) + time.perf_counter() - began
             finished(chunk.episodes[-1])
         if len(chunk.episodes) < size:
             raise RuntimeError(f"a chunk of {size} episodes got only {len(chunk.episodes)}")
-        yield chunk.result(info())
+        began = time.perf_counter()
+        done = chunk.result(info())
+        seconds[SUMMING] = seconds.get(SUMMING, 0.0) + time.perf_counter() - began
+        yield done

@@ -106,7 +106,9 @@ class Trainer:
             workers_replaced=pool.replaced - replaced_before,
             barrier_s=pool.last_batch_seconds.get("barrier", 0.0),
         )
-        phases = {**pool.last_batch_seconds, **clock.seconds}
+        phases = dict(pool.last_batch_seconds)  # the pool's own summing, if any, and the driver's below
+        for name, seconds in clock.seconds.items():
+            phases[name] = phases.get(name, 0.0) + seconds
         self.log.show(row, phases)
         # On disk while the next batch plays; its progress.csv row follows it there.
         self.checkpoints.write(state, then=lambda: self.log.record(row, phases))

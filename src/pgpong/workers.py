@@ -189,8 +189,9 @@ class LocalPool:
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
     ) -> Iterator[ChunkResult]:
+        self.last_batch_seconds = {}
         played = (self.worker.play(weights, episode) for episode in episodes)
-        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished)
+        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished, seconds=self.last_batch_seconds)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         for match in matches:
@@ -338,7 +339,7 @@ class RayPool:
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
     ) -> Iterator[ChunkResult]:
         played = self.run_batch("play", self.publish(weights), episodes)
-        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished)
+        return sum_in_chunks(played, chunk_sizes(len(episodes)), finished, seconds=self.last_batch_seconds)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         return self.run_batch("evaluate", self.publish(weights), matches, greedy)

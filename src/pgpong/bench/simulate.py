@@ -119,6 +119,7 @@ class Bank:
             "steps_mean": statistics.mean(steps),
             "steps_min": min(steps),
             "steps_max": max(steps),
+            "steps": steps,
             "steps_per_s_per_core": 1 / self.seconds_per_step,
             "gradient_mb_mean": statistics.mean(m.grad.nbytes for m in self.matches) / 2**20,
         }
@@ -135,7 +136,8 @@ def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int
         played = list(pool.run_batch("play", pool.publish(weights), ids))
     finally:
         pool.close()
-    seconds_per_step = sum(m.seconds for m in played) / sum(m.steps for m in played)
+    # the median match's pace: a worker's first match also pays for its start
+    seconds_per_step = statistics.median(m.seconds / m.steps for m in played)
     return Bank(played, seconds_per_step)
 
 

@@ -8,6 +8,7 @@ import io
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,9 +50,11 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
-        cpu, busy = time.process_time(), machine_busy_seconds()
+        cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
         row = _update_row(report, time.process_time() - cpu, pool.num_workers)
+        after = thread_cpu_seconds()
+        row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
             row["machine_busy"] /= (os.cpu_count() or 1) * report.row.batch_s
@@ -87,7 +90,31 @@ def machine_busy_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, float]:
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, added up by thread name (Linux:
+    /proc/self/task, in clock ticks of 10 ms; empty where it cannot be read):
+    Python's threads by their names (MainThread, pgpong-checkpoint), the others
+    (Ray's, mostly) as "native: " and the names they gave themselves."""
+    seconds: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    python_threads = {str(t.native_id): t.name for t in threading.enumerate()}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return seconds
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                text = stat.read()
+        except OSError:  # the thread ended
+            continue
+        name = python_threads.get(task) or "native: " + text[text.index("(") + 1 : text.rindex(")")]
+        user, system = (int(x) for x in text[text.rindex(")") + 2 :].split()[11:13])
+        seconds[name] = seconds.get(name, 0.0) + (user + system) / tick
+    return seconds
+
+
+def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, Any]:
     durations = report.durations
     lower_bound = max(max(durations), sum(durations) / workers)
     return {
@@ -98,6 +125,7 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, fl
         "bytes_into_driver": report.bytes_in,
         "barrier_s": report.row.barrier_s,
         "episode_len_mean": report.row.episode_len_mean,
+        "driver_phases_ms": {name: 1e3 * seconds for name, seconds in report.phases.items() if name != "barrier"},
     }
 
 

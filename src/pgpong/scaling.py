@@ -1,0 +1,197 @@
+"""A model of pgpong's seconds per update for any batch, workers and nodes, with its
+constants measured on this project's machine (docs/SCALING.md says how).
+
+    seconds per update = play + overhead
+      play      the makespan of the batch's matches under pgpong's own rules: chunks of
+                16 episodes (reduce.py) handed to nodes in proportion to their workers
+                (leaders.assign_units), each node's episodes to its first free worker
+                in episode order; a match lasts its steps at the per-core speed, plus
+                Ray's pause between two matches of a worker
+      overhead  what an update adds beyond its matches, measured on one uncontended
+                node: publishing the weights, the last chunk's sum and transfer, the
+                driver's adding and RMSProp step
+    driver CPU  a fixed part (checkpoint, RMSProp, publishing) plus a part per chunk
+                sum received (deserialising and adding it)
+    bytes into the driver  one chunk sum per chunk
+    and an update takes at least the driver's CPU time
+
+Run `python -m pgpong.scaling` for the tables docs/SCALING.md and the README quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from pgpong.leaders import assign_units
+from pgpong.reduce import chunk_sizes
+
+# Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
+# --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
+# (`--bank-policy new`), and the shipped agent, winning late in training (`--bank-policy shipped`).
+EARLY = (
+    1161,
+    980,
+    935,
+    1033,
+    887,
+    1012,
+    764,
+    1055,
+    953,
+    1008,
+    914,
+    1021,
+    972,
+    1090,
+    929,
+    957,
+    1006,
+    899,
+    1047,
+    947,
+    1002,
+    937,
+    1013,
+    958,
+)
+LATE = (
+    5403,
+    4212,
+    3874,
+    4517,
+    4790,
+    3952,
+    4405,
+    5011,
+    4126,
+    4683,
+    3718,
+    4934,
+    4311,
+    4562,
+    3990,
+    5207,
+    4048,
+    4756,
+    4239,
+    4471,
+    3861,
+    4873,
+    4160,
+    4625,
+)
+LENGTHS = {"early": EARLY, "late": LATE}
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Measured on this project's machine (2 cores, AMD EPYC), 2026-11-23; docs/SCALING.md."""
+
+    lengths: tuple[int, ...]  # match lengths to draw from
+    steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
+    overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
+    overhead_s_per_match: float  # ... plus this per match the busiest node hands out and sums
+    driver_fixed_ms: float  # driver CPU per update whatever the batch (--simulate 1x64, batch 1)
+    driver_ms_per_chunk: float  # driver CPU per chunk sum received and added (--simulate 11x18, batch 300)
+    chunk_bytes: float  # a chunk sum (16 matches' touched pixels), into the driver
+    ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
+
+
+PHASES = {
+    "early": Constants(EARLY, 2_600, 0.020, 0.00085, 36, 5.2, 38.4 / 19 * 2**20),
+    "late": Constants(LATE, 2_600, 0.020, 0.0018, 40, 7.8, 78.1 / 19 * 2**20),
+}
+
+
+def node_makespan(durations: list[float], workers: int, pause: float) -> float:
+    """Episodes in order, each to the first free worker of the node: when the last ends."""
+    free = [0.0] * workers
+    for duration in durations:
+        heapq.heappush(free, heapq.heappop(free) + duration + pause)
+    return max(free)
+
+
+def makespan(durations: list[float], node_workers: list[int], pause: float) -> float:
+    """The batch's playing time under pgpong's rules: on one node, every episode to
+    the first free worker; on several, chunks to nodes (leaders.assign_units)."""
+    if len(node_workers) == 1:
+        return node_makespan(durations, node_workers[0], pause)
+    sizes = chunk_sizes(len(durations))
+    starts = np.cumsum([0, *sizes])
+    ends = []
+    for workers, units in zip(node_workers, assign_units(len(sizes), node_workers), strict=True):
+        mine = [d for u in units for d in durations[starts[u] : starts[u + 1]]]
+        ends.append(node_makespan(mine, workers, pause) if mine else 0.0)
+    return max(ends)
+
+
+def best_whole_matches(durations: list[float], workers: int) -> float:
+    """What a clairvoyant schedule of whole matches on all workers would take
+    (longest first): the matches cannot be split, so with fewer than two per
+    worker it stays above the lower bound."""
+    free = [0.0] * workers
+    for duration in sorted(durations, reverse=True):
+        heapq.heappush(free, heapq.heappop(free) + duration)
+    return max(free)
+
+
+def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200) -> dict[str, float]:
+    """Medians over `samples` batches whose match lengths are drawn from c.lengths."""
+    rng = np.random.default_rng(0)
+    workers = nodes * cpus
+    node_workers = [cpus] * nodes
+    busiest = batch if nodes == 1 else max(map(len, assign_units(len(chunk_sizes(batch)), node_workers))) * 16
+    rows = []
+    for _ in range(samples):
+        durations = list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core)
+        play = makespan(durations, node_workers, c.ray_s_per_match)
+        seconds = play + c.overhead_s + c.overhead_s_per_match * min(busiest, batch)
+        lower = max(max(durations), sum(durations) / workers)
+        rows.append((seconds, lower, best_whole_matches(durations, workers), play))
+    seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
+    chunks = len(chunk_sizes(batch))
+    driver_ms = c.driver_fixed_ms + chunks * c.driver_ms_per_chunk
+    seconds = max(seconds, driver_ms / 1e3)  # the driver cannot do an update's work in less
+    return {
+        "batch_size": batch,
+        "nodes": nodes,
+        "workers": workers,
+        "seconds_per_update": seconds,
+        "lower_bound_s": lower,
+        "efficiency": lower / seconds,
+        "best_whole_matches_s": best,
+        "pgpong_schedule_s": play,
+        "driver_cpu_ms": driver_ms,
+        "bytes_into_driver": chunks * c.chunk_bytes,
+    }
+
+
+SCENARIOS = [(1, 1, 64), (10, 1, 64), (60, 1, 64), (300, 11, 18), (3000, 110, 18)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m pgpong.scaling", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phase", choices=sorted(PHASES), default="early", help="early or late in training")
+    args = parser.parse_args()
+    c = PHASES[args.phase]
+    print(
+        "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
+        " | efficiency | driver CPU | into the driver |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for batch, nodes, cpus in SCENARIOS:
+        p = predict(batch, nodes, cpus, c)
+        print(
+            f"| {batch:,} | {nodes}x{cpus} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
+            f" | {p['best_whole_matches_s']:.2f} s | {p['pgpong_schedule_s']:.2f} s | {p['efficiency']:.2f}"
+            f" | {p['driver_cpu_ms']:,.0f} ms | {p['bytes_into_driver'] / 2**20:,.0f} MB |"
+        )
+
+
+if __name__ == "__main__":
+    main()

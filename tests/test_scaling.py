@@ -1,0 +1,40 @@
+"""The scaling model (scaling.py) and the rule that hands chunks to nodes."""
+
+import pytest
+
+from pgpong.leaders import _shares, assign_units
+from pgpong.scaling import PHASES, best_whole_matches, makespan, node_makespan, predict
+
+
+def test_chunks_go_to_nodes_in_proportion_to_their_workers():
+    given = assign_units(19, [18] * 11)  # batch 300 on 11 x 18: 19 chunks
+    assert sorted(len(units) for units in given) == [1] * 3 + [2] * 8
+    assert sorted(u for units in given for u in units) == list(range(19))
+    assert assign_units(4, [1, 3]) == [[2], [0, 1, 3]]  # the tie at unit 2 goes to the first
+    assert assign_units(3, [2, 2, 2]) == [[0], [1], [2]]
+
+
+def test_workers_spread_over_nodes_by_their_cpus():
+    assert _shares(6, [2, 2, 2]) == [2, 2, 2]
+    assert _shares(5, [2, 2, 2]) == [2, 2, 1]
+    assert _shares(100, [1, 3]) == [1, 3]  # never more than a node has
+    assert sum(_shares(198, [18] * 11)) == 198
+
+
+def test_makespan_of_equal_matches_counts_the_waves():
+    assert node_makespan([1.0] * 60, 64, 0.0) == 1.0
+    assert node_makespan([1.0] * 65, 64, 0.0) == 2.0
+    # 300 matches on 11 x 18: chunks of 16, two on most nodes: two waves
+    assert makespan([1.0] * 300, [18] * 11, 0.0) == 2.0
+    assert makespan([1.0] * 300, [18] * 11, 0.01) == pytest.approx(2.02)
+    # the best whole-match schedule too needs two waves; the lower bound does not
+    assert best_whole_matches([1.0] * 300, 198) == 2.0
+
+
+def test_prediction_is_bounded_by_the_schedule_and_driver_grows_with_chunks():
+    early = PHASES["early"]
+    small, big = predict(60, 1, 64, early, samples=20), predict(300, 11, 18, early, samples=20)
+    for p in (small, big):
+        assert p["lower_bound_s"] <= p["best_whole_matches_s"] <= p["pgpong_schedule_s"] < p["seconds_per_update"]
+        assert 0 < p["efficiency"] < 1
+    assert big["driver_cpu_ms"] > small["driver_cpu_ms"] and big["bytes_into_driver"] > small["bytes_into_driver"]

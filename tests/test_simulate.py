@@ -1,0 +1,75 @@
+"""`pgpong bench --simulate`: a small simulated cluster through the real command line,
+so the simulation cannot rot; its shapes and bad input."""
+
+import json
+
+import pytest
+
+from conftest import run_pgpong
+from pgpong.bench.simulate import Shape, bank_index
+from pgpong.rollout import EpisodeId
+
+
+@pytest.mark.slow
+def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
+    proc = run_pgpong(
+        "bench",
+        "--simulate",
+        "2x4",
+        "--batch-size",
+        "20",
+        "--bank-matches",
+        "3",
+        "--max-episode-steps",
+        "200",
+        "--update-batches",
+        "2",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    shape = report["simulated"]
+    assert (shape["nodes"], shape["workers"], shape["worker_processes"]) == (2, 8, 2)
+    bank = report["bank"]
+    assert bank["matches"] == len(bank["steps"]) == 3 and max(bank["steps"]) <= 200
+    (update,) = report["updates"]
+    assert (update["batch_size"], update["workers"], update["nodes"]) == (20, 8, 2)
+    assert len(update["updates"]) == 2
+    # the longest banked match at the measured pace is a floor of any schedule
+    assert update["lower_bound_s"] >= max(bank["steps"]) / bank["steps_per_s_per_core"] * 0.999
+    assert 0 < update["lower_bound_s"] <= update["seconds_per_update"] and 0 < update["efficiency"] <= 1
+    assert update["driver_cpu_ms"] > 0 and 0 < update["machine_busy"] <= 1.5
+    # the driver received two chunk sums (16 and 4 episodes, each from the same 3 banked
+    # matches), not 20 episodes' gradients
+    per_episode = 20 * bank["gradient_mb_mean"] * 2**20
+    assert 0 < update["bytes_into_driver"] < 0.5 * per_episode
+
+
+def test_shapes():
+    assert (Shape.parse("11x18").workers, Shape.parse("11x18").per_process) == (198, 18)
+    assert Shape.parse("1x64").per_process == 32 and Shape.parse("2X4").per_process == 4
+    assert Shape.parse("3x34").per_process == 17  # a divisor of the node's CPUs: no slot left over
+    for bad in ("0x4", "4", "ax4", "2x0", "2x4x1", ""):
+        with pytest.raises(ValueError, match="--simulate"):
+            Shape.parse(bad)
+
+
+def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
+    picks = [bank_index(EpisodeId(0, 1, k), 24) for k in range(300)]
+    assert picks == [bank_index(EpisodeId(0, 1, k), 24) for k in range(300)]
+    assert set(picks) == set(range(24))
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--simulate", "0x4"], "--simulate 0x4: at most"),
+        (["--simulate", "many"], "--simulate takes NODESxCPUS"),
+        (["--simulate", "2x4", "--address", "127.0.0.1:1"], "drop --address"),
+        (["--simulate", "2x4", "--bank-matches", "0"], "--bank-matches must be at least 1"),
+    ],
+)
+def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
+    proc = run_pgpong("bench", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
