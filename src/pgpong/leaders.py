@@ -37,8 +37,8 @@ from pgpong.workers import (
     RayPool,
     WorkerKind,
     WorkerSettings,
-    _ignore,
-    _reason,
+    failure_reason,
+    ignore_episode,
 )
 
 
@@ -117,7 +117,7 @@ class ClusterPool:
         except ray.exceptions.RayError as exc:
             for leader in leaders:
                 ray.kill(leader)
-            raise PoolError(f"a node's leader could not start its rollout workers: {_reason(exc)}") from None
+            raise PoolError(f"a node's leader could not start its rollout workers: {failure_reason(exc)}") from None
         for leader, (_, running) in zip(leaders, started, strict=True):
             self._leaders[leader] = running
         self._replaced: dict[Any, float] = dict.fromkeys(self._leaders, 0)
@@ -142,7 +142,7 @@ class ClusterPool:
         return published
 
     def play_batch(
-        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> Iterator[ChunkResult]:
         self.last_batch_bytes = 0
         for chunk in self._run("play", self.publish(weights), split(episodes, chunk_sizes(len(episodes)))):
@@ -181,7 +181,7 @@ class ClusterPool:
                     del streams[stream]
                     continue
                 except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
-                    raise PoolError(_reason(exc)) from None
+                    raise PoolError(failure_reason(exc)) from None
                 except ray.exceptions.RayError as exc:  # the leader or its node is lost
                     del streams[stream]
                     self._lost(leader, exc)
@@ -220,7 +220,7 @@ class ClusterPool:
             self._replaced.pop(leader, None)
             self._ray.kill(leader, no_restart=True)
         if not self._leaders:
-            raise PoolError(f"every node's leader is lost: {_reason(exc)}")
+            raise PoolError(f"every node's leader is lost: {failure_reason(exc)}")
 
     def call_all(self, method: str, *args) -> list:
         """Call a worker method on every running worker of every node; answers in order."""

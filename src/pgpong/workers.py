@@ -1,8 +1,9 @@
-"""The pools that play a batch's episodes: RayPool (actors) and LocalPool (in-process).
+"""The pools that play a batch's episodes on one node: RayPool (actors) and LocalPool
+(in-process); leaders.py has the pool for several nodes.
 
-Both take the weights and a list of episode ids and yield the results in episode
-order, whatever order they finish in, so the sum of gradients is the same for any
-number of workers.
+A pool takes the weights and a list of episode ids, takes the results in episode
+order, whatever order they finish in, and yields the batch's chunk sums (reduce.py),
+so the sum of gradients is the same for any number of workers.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class WorkerSettings:
 Finished = Callable[[EpisodeStats], None]  # hears each episode of a batch, in episode order
 
 
-def _ignore(episode: EpisodeStats) -> None:
+def ignore_episode(episode: EpisodeStats) -> None:
     pass
 
 
@@ -81,7 +82,7 @@ class Pool(Protocol):
     def nodes(self) -> int: ...
 
     def play_batch(
-        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> Iterator[ChunkResult]: ...
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
@@ -187,7 +188,7 @@ class LocalPool:
         self._limit = threadpool_limits(1)  # restored by close()
 
     def play_batch(
-        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> Iterator[ChunkResult]:
         self.last_batch_seconds = {}
         played = (self.worker.play(weights, episode) for episode in episodes)
@@ -326,7 +327,7 @@ class RayPool:
     def _failed(self, exc: BaseException, what: str) -> None:
         self._failures += 1
         if self._failures > max(3, 2 * self.size):
-            raise PoolError(f"{what}, {self._failures} times in a row: {_reason(exc)}") from None
+            raise PoolError(f"{what}, {self._failures} times in a row: {failure_reason(exc)}") from None
 
     def publish(self, weights: Params) -> PublishedWeights:
         """The batch's weights in the object store, once; each worker fetches them once."""
@@ -336,7 +337,7 @@ class RayPool:
         return published
 
     def play_batch(
-        self, weights: Params, episodes: list[EpisodeId], finished: Finished = _ignore
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> Iterator[ChunkResult]:
         played = self.run_batch("play", self.publish(weights), episodes)
         return sum_in_chunks(played, chunk_sizes(len(episodes)), finished, seconds=self.last_batch_seconds)
@@ -477,7 +478,7 @@ def _grad_bytes(result: Any) -> int:
     return grad.nbytes if grad is not None else 0
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     """One line saying what went wrong: the innermost exception of a Ray error's
     traceback when there is one, else its first line."""
     lines = [_ANSI.sub("", line).strip() for line in str(exc).splitlines()]
