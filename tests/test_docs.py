@@ -63,3 +63,18 @@ def test_help_shows_every_default(command):
         assert f"(default: {expected_default(field)})" in help_text, (field.name, expected_default(field))
     if command is TrainConfig:
         assert "1e-4 is the 2016 setting" in help_text and "--lr" in help_text
+
+
+def test_the_code_cites_only_files_in_the_repository_and_sections_that_exist():
+    algorithm = ROOT.joinpath("docs", "ALGORITHM.md").read_text()
+    sections = {int(n) for n in re.findall(r"^## (\d+)\. ", algorithm, flags=re.M)}
+    assert sections == set(range(1, len(sections) + 1)) and len(sections) >= 7
+    cited = []
+    for path in ROOT.joinpath("src", "pgpong").rglob("*"):
+        if path.suffix not in (".py", ".json"):
+            continue
+        text = path.read_text()
+        outside = re.findall(r"\bSPEC\b|DESIGN\.md|RAY_NOTES|\.\./shared", text)
+        assert not outside, f"{path.relative_to(ROOT)} cites {outside}, a file readers of the repository do not have"
+        cited += [int(n) for n in re.findall(r"docs/ALGORITHM\.md,? sections? (\d+)", text)]
+    assert cited and set(cited) <= sections

@@ -62,7 +62,7 @@ def make_env(
     env_id: str, max_episode_steps: int | None = None, endless: bool = False, observation: str = "difference"
 ) -> SeededAtari:
     """The environment pgpong plays: created once, reset with each episode's seed,
-    observing the network's input of SPEC section 2 as (indices, values), or with
+    observing the network's input of docs/ALGORITHM.md section 2 as (indices, values), or with
     observation="rgb" the RGB frames themselves (for the original algorithm).
 
     endless=True keeps starting new matches inside one episode until

@@ -27,7 +27,7 @@ def preprocess(frame: np.ndarray) -> np.ndarray:
 
 
 def is_foreground(red: np.ndarray) -> np.ndarray:
-    """SPEC's rule on red values: background (144 or 109) -> False, anything else -> True."""
+    """docs/ALGORITHM.md section 2's rule on red values: background (144 or 109) -> False, anything else -> True."""
     return (red != BACKGROUND_RED[0]) & (red != BACKGROUND_RED[1])
 
 
@@ -39,7 +39,7 @@ def sparse_difference(current: np.ndarray, previous: np.ndarray) -> tuple[np.nda
 
 
 class PaletteDiffer:
-    """SPEC section 2's network input computed straight from the emulator's screens
+    """docs/ALGORITHM.md section 2's network input computed straight from the emulator's screens
     of palette indices (210x160 uint8, one byte per pixel): the per-step hot path.
 
     Equal to sparse_difference(preprocess(rgb_t), preprocess(rgb_t-1)), but instead

@@ -2,7 +2,7 @@
 
     h = relu(W1 x),  p = sigmoid(W2 . h) = P(action UP)
 
-W1 has shape (H, D) as in SPEC, but is stored in Fortran (column-major) order so
+W1 has shape (H, D) as in docs/ALGORITHM.md section 3, but is stored in Fortran (column-major) order so
 that the column of one pixel is contiguous: with a sparse input x the forward pass
 only reads the columns of its few non-zero pixels.
 """
@@ -130,7 +130,7 @@ class EpisodeGradient:
 def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeGradient:
     """Gradient of sum_t dlogit_t * logit_t w.r.t. the weights, for inputs X (T, D).
 
-    dlogits are the advantage-weighted (y_t - p_t) of SPEC section 4. The hidden
+    dlogits are the advantage-weighted (y_t - p_t) of docs/ALGORITHM.md section 4. The hidden
     activations are recomputed from the sparse inputs (cheaper than keeping 200
     floats for every step), only the pixels the episode touched take part, and the
     steps are taken BACKWARD_STEPS at a time, so the memory it needs does not grow
