@@ -67,6 +67,7 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "many"], "--simulate takes NODESxCPUS"),
         (["--simulate", "2x4", "--address", "127.0.0.1:1"], "drop --address"),
         (["--simulate", "2x4", "--bank-matches", "0"], "--bank-matches must be at least 1"),
+        (["--simulate", "2x4", "--bank-policy", "/nonexistent"], "/nonexistent: no such file or directory"),
     ],
 )
 def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):

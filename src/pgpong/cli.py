@@ -115,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure, in one run: the emulator's limit (raw ALE, random play), Gymnasium's "
         "ceiling (its environment, random play), training throughput and its share of both, the "
         "original dense algorithm's speed, where the time goes, seconds per update for several "
-        "batch sizes, and memory. Prints Markdown tables (or --json).",
+        "batch sizes, and memory. Prints Markdown tables (or --json). With --simulate NODESxCPUS it measures "
+        "seconds per update for a big machine or cluster of that shape instead, simulated on this one "
+        "(docs/SCALING.md).",
     )
     _add_bench_arguments(bench)
     return parser
