@@ -12,6 +12,14 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 PGPONG = [sys.executable, "-m", "pgpong"]
+# Ray's health checks for tests that remove a node: a lost node shows dead in about
+# 2.4 s instead of 15 s.
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 200,
+    "health_check_timeout_ms": 200,
+    "health_check_failure_threshold": 5,
+}
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from conftest import hang_guard, run_pgpong, train_in_process
+from conftest import FAST_HEALTH_CHECKS, hang_guard, run_pgpong, train_in_process
 from pgpong.runlog import read_progress
 from pgpong.workers import RayPool, WorkerSettings
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
-FAST_HEALTH_CHECKS = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 200,
-    "health_check_timeout_ms": 200,
-    "health_check_failure_threshold": 5,
-}
 STORE = 150 * 1024**2
 
 

@@ -8,19 +8,13 @@ import logging
 import numpy as np
 import pytest
 
-from conftest import hang_guard, train_in_process
+from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
 from pgpong.leaders import ClusterPool, nodes_with_cpus
 from pgpong.reduce import CHUNK, chunk_sizes
 from pgpong.workers import RayPool, WorkerSettings
 
 SETTINGS = dict(seed=3, batch_size=2 * CHUNK + 1, hidden=16, max_episode_steps=60)
 WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
-FAST_HEALTH_CHECKS = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 200,
-    "health_check_timeout_ms": 200,
-    "health_check_failure_threshold": 5,
-}
 STORE = 100 * 1024**2
 
 

@@ -39,6 +39,7 @@ from pgpong.workers import (
     WorkerSettings,
     failure_reason,
     ignore_episode,
+    publish,
 )
 
 
@@ -136,9 +137,7 @@ class ClusterPool:
         return len(self._leaders)
 
     def publish(self, weights: Params) -> PublishedWeights:
-        began = time.perf_counter()
-        published = PublishedWeights(self._ray.put(weights))
-        self.last_batch_seconds = {"publish weights": time.perf_counter() - began}
+        published, self.last_batch_seconds = publish(weights)
         return published
 
     def play_batch(

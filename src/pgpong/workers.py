@@ -119,6 +119,16 @@ class PublishedWeights:
     ref: Any
 
 
+def publish(weights: Params) -> tuple[PublishedWeights, dict[str, float]]:
+    """The batch's weights in the object store, once (each worker fetches them once),
+    and the new batch's phase times, starting with how long that took."""
+    import ray
+
+    began = time.perf_counter()
+    published = PublishedWeights(ray.put(weights))
+    return published, {"publish weights": time.perf_counter() - began}
+
+
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
@@ -330,10 +340,7 @@ class RayPool:
             raise PoolError(f"{what}, {self._failures} times in a row: {failure_reason(exc)}") from None
 
     def publish(self, weights: Params) -> PublishedWeights:
-        """The batch's weights in the object store, once; each worker fetches them once."""
-        began = time.perf_counter()
-        published = PublishedWeights(self._ray.put(weights))
-        self.last_batch_seconds = {"publish weights": time.perf_counter() - began}
+        published, self.last_batch_seconds = publish(weights)
         return published
 
     def play_batch(
