@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from conftest import hang_guard
 from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId
@@ -101,6 +102,9 @@ def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # PidWorker, for Ray's workers
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2, worker_class=PidWorker)
     try:
+        with hang_guard(120):  # on a busy machine the second worker may still be starting
+            while pool.num_workers < 2:
+                pool._poll_starting(timeout=1.0)
         results = list(pool.run_batch("play", pool.publish(weights), episodes))
     finally:
         pool.close()
