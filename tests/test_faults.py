@@ -168,11 +168,14 @@ def cli_settings(run_dir, iterations=4):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rows_before_kill, extra_delay", [(1, 0.0), (2, 0.35)])
-def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, reference, rows_before_kill, extra_delay):
+@pytest.mark.parametrize("rows_before_kill, extra_delay, workers", [(1, 0.0, "0"), (2, 0.35, "2")])
+def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(
+    tmp_path, reference, rows_before_kill, extra_delay, workers
+):
+    """Killed right after a checkpoint (in one process), or mid-batch (with its Ray workers)."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [*PGPONG, "train", *cli_settings(run_dir, 4)],
+        [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
