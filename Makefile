@@ -13,7 +13,7 @@ $(BIN)/python:
 
 # Re-install when the package description changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[study,test]"
 	@touch $@
 
 train: $(VENV)/.installed

@@ -1,8 +1,9 @@
-"""`pgpong train | play | plot | weights | bench`: the command line."""
+"""`pgpong train | play | plot | weights | bench | study`: the command line."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_play_arguments(play)
     plot = sub.add_parser(
         "plot",
-        help="draw learning curves of one or more runs (PNG)",
+        help="draw learning curves of one or more runs, or of a study by setting (PNG)",
         description="Draw the running reward and each batch's mean score (with its min-max band) "
         "of one or more runs, and their env steps per second, from their progress.csv.",
     )
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("episodes", "steps", "hours"),
         default="episodes",
         help="horizontal axis: episodes, env steps or training hours (default: episodes)",
+    )
+    plot.add_argument(
+        "--by",
+        choices=("run", "setting"),
+        default="run",
+        help="run: a curve per run directory; setting: a study directory, each setting's median over its "
+        "seeds with a min-max band (default: run; draws STUDY/curves.png)",
     )
     weights = sub.add_parser(
         "weights",
@@ -120,7 +128,66 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/SCALING.md).",
     )
     _add_bench_arguments(bench)
+    study = sub.add_parser(
+        "study",
+        help="train a grid of settings x seeds in parallel on Ray Tune, and report",
+        description="Train every combination of the --grid values with every seed, each an ordinary pgpong "
+        "run directory under runs/studies/NAME/trials/, in parallel on Ray Tune (one CPU per trial), until "
+        "a stop. Running the same command again continues an unfinished study; --report prints the table "
+        "of matches, env steps and minutes to each running reward, from the run directories alone.",
+        epilog="example: pgpong study lr-vs-batch --grid lr=1e-3,3e-3 --grid batch-size=10,60 --seeds 0,1,2 "
+        "--until running_reward=0 --max-env-steps 20M",
+    )
+    _add_study_arguments(study)
     return parser
+
+
+def _add_study_arguments(p: argparse.ArgumentParser) -> None:
+    from pgpong.config import int_list
+
+    p.add_argument("name", metavar="NAME", help="the study's name: its directory under --root")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="SETTING=V1,V2",
+        help="a train setting and the values to try (repeat for more settings; names as train's flags: "
+        "lr, batch-size, hidden, ...)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=V",
+        help="a train setting fixed for every trial, e.g. max-episode-steps=2000 (repeatable)",
+    )
+    p.add_argument("--seeds", type=int_list, default=(0, 1, 2), metavar="LIST", help="seeds (default: 0,1,2)")
+    p.add_argument("--until", default=None, metavar="running_reward=R", help="stop a trial at this running reward")
+    p.add_argument("--max-env-steps", default=None, metavar="N", help="stop a trial after N env steps (20M, 500k)")
+    p.add_argument("--max-matches", default=None, metavar="N", help="stop a trial after N matches")
+    p.add_argument(
+        "--max-minutes", type=float, default=None, metavar="M", help="stop a trial after M minutes of training"
+    )
+    p.add_argument(
+        "--workers-per-trial",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Ray workers per trial; 0 = the trial plays in its own process on one CPU (default: 0; the "
+        "weights are the same either way)",
+    )
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
+    p.add_argument("--root", type=Path, default=None, metavar="DIR", help="where studies live (default: runs/studies)")
+    p.add_argument(
+        "--report", action="store_true", help="print the study's table from its run directories; train nothing"
+    )
+    p.add_argument(
+        "--thresholds",
+        default="-10,0,10",
+        metavar="LIST",
+        help="running rewards of the table, written --thresholds=-10,0,10 (default: -10,0,10)",
+    )
+    p.add_argument("--json", action="store_true", help="with --report: print the table as JSON")
 
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -237,6 +304,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return weights(args)
         if args.command == "bench":
             return bench(args)
+        if args.command == "study":
+            return study(args)
         raise AssertionError(args.command)
     except bad_input() as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
@@ -307,13 +376,93 @@ def train(args: argparse.Namespace) -> int:
         return status
 
 
+def study(args: argparse.Namespace) -> int:
+    from pgpong.study import plan, report
+
+    root = args.root or plan.STUDIES
+    thresholds = _thresholds(args.thresholds)
+    if args.report:
+        given = [f for f in ("grid", "set", "until", "max_env_steps", "max_matches", "max_minutes") if getattr(args, f)]
+        if given:
+            raise ConfigError(f"--report reads the study as it was made: drop --{given[0].replace('_', '-')}")
+        found = plan.load_study(root, args.name)
+        check(found is not None, f"no study {args.name} in {root} (no {root / args.name / 'study.json'})")
+        assert found is not None
+        summary = report.summarize(found, thresholds)
+        print(
+            json.dumps(summary, indent=2) if args.json else report.markdown(summary), end="" if not args.json else "\n"
+        )
+        return 0
+    check(not args.json, "--json goes with --report")
+    stops = plan.Stops(
+        running_reward=plan.Stops.parse_until(args.until) if args.until else None,
+        env_steps=_count(args.max_env_steps, "--max-env-steps"),
+        matches=_count(args.max_matches, "--max-matches"),
+        minutes=args.max_minutes,
+    )
+    check(bool(args.grid), "give at least one --grid SETTING=V1,V2 (for seeds of one setting: --grid lr=3e-3)")
+    found = plan.build(args.name, args.grid, args.set, list(args.seeds), stops, args.workers_per_trial, root)
+    found.check_same_as_saved()
+    return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)
+
+
+def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int:
+    from pgpong.cluster import ClusterError, start_ray, stop_ray
+    from pgpong.study import report
+    from pgpong.study.runner import StudyError, check_resources, run_study
+
+    def connect() -> None:
+        start_ray(address, log_to_driver=False)  # before Tune is imported: Ray reads its settings then
+        try:
+            import ray.tune  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"pgpong study needs Ray Tune ({exc}): pip install 'pgpong[study]'") from None
+        check_resources(found)
+
+    command = " ".join(shlex.quote(a) for a in [_pgpong_command(), *sys.argv[1:]])
+    try:
+        run_study(found, sys.stdout, connect)
+    except ClusterError as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    except StudyError as exc:
+        return _fail(f"{exc}; run the same command to try them again: {command}", EXIT_FAILED)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(f"\npgpong: study stopped; every trial keeps its checkpoints. To continue: {command}", file=sys.stderr)
+        return EXIT_SIGTERM if _terminated else EXIT_SIGINT
+    finally:
+        stop_ray()
+    summary = report.summarize(found, thresholds)
+    md, js = report.write(summary, found.directory)
+    print(f"\npgpong study: {found.name} done.\n\n{report.markdown(summary)}\n(also in {md} and {js})", flush=True)
+    return 0
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--thresholds takes running rewards separated by commas, got {text!r}") from None
+    check(bool(values) and all(-21 <= v <= 21 for v in values), f"--thresholds must be in [-21, 21], got {text!r}")
+    return values
+
+
+def _count(text: str | None, option: str) -> int | None:
+    from pgpong.study.plan import count
+
+    if text is None:
+        return None
+    try:
+        return count(text)
+    except ValueError:
+        raise ConfigError(f"{option} takes a whole number (e.g. 5000000, 5M, 500k), got {text!r}") from None
+
+
 def _note(text: str) -> None:
     print(f"pgpong: note: {text}", file=sys.stderr, flush=True)
 
 
 def play(args: argparse.Namespace) -> int:
-    import json
-
     from pgpong.cluster import ClusterError, stop_ray
     from pgpong.envs import check_env_id
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
@@ -411,9 +560,15 @@ def play(args: argparse.Namespace) -> int:
 
 
 def plot(args: argparse.Namespace) -> int:
-    from pgpong.plot import plot_runs
+    from pgpong.plot import plot_runs, plot_study
     from pgpong.record import check_output
 
+    if args.by == "setting":
+        check(len(args.run_dirs) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
+        output = args.output or args.run_dirs[0] / "curves.png"
+        check_output(output, (".png",))
+        print(f"pgpong: wrote {plot_study(args.run_dirs[0], output, args.x)}")
+        return 0
     if args.output is None and len(args.run_dirs) > 1:
         raise ConfigError("--output FILE is needed to plot several runs")
     output = args.output or args.run_dirs[0] / "learning.png"

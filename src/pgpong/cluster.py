@@ -166,9 +166,10 @@ def set_auth_mode(mode: str) -> None:
     Config.initialize("")
 
 
-def start_ray(address: str | None, num_cpus: int | None = None) -> None:
+def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
     """Join the cluster at `address`, or start a local Ray instance when it is None.
-    A process already connected to Ray (a test's shared instance) stays as it is."""
+    A process already connected to Ray (a test's shared instance) stays as it is.
+    log_to_driver=False: what the workers print stays in Ray's logs."""
     # Ray reads these when it is imported (and its C++ core when it starts), so they
     # are decided first.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -186,7 +187,7 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
             num_cpus=num_cpus if address is None else None,
             include_dashboard=False,
             logging_level=logging.WARNING,
-            log_to_driver=True,
+            log_to_driver=log_to_driver,
             _system_config=LOCAL_SYSTEM_CONFIG if address is None else None,
         )
     except ConnectionError as exc:

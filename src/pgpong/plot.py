@@ -138,6 +138,101 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     return _save(fig, output)
 
 
+def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
+    """Per setting of a study: x on a common grid, and the median, min and max running
+    reward over the seeds whose run has reached that x (a seed that stopped early
+    leaves the statistics there), with where each seed ended."""
+    from pgpong.study.plan import load_study
+
+    study = load_study(study_dir.parent, study_dir.name)
+    if study is None:
+        raise PlotError(f"{study_dir}: not a study (no study.json); --by setting draws a pgpong study's directory")
+    column, _, factor = X_AXES[x]
+    groups: dict[str, list] = {}
+    for trial in study.trials():
+        try:
+            groups.setdefault(trial.setting_label, []).append(read_curve(trial.directory))
+        except PlotError:
+            groups.setdefault(trial.setting_label, [])  # a trial that has not played a batch yet
+    found = []
+    for label, curves in groups.items():
+        curves = [c for c in curves if len(c["batch"])]
+        if not curves:
+            continue
+        end = max(c[column][-1] for c in curves)
+        grid = np.linspace(0, end, points)
+        ys = np.full((len(curves), points), np.nan)
+        for k, c in enumerate(curves):
+            inside = (grid >= c[column][0]) & (grid <= c[column][-1])
+            ys[k, inside] = np.interp(grid[inside], c[column], c["running_reward"])
+        covered = ~np.isnan(ys).all(axis=0)
+        running = (~np.isnan(ys)).sum(axis=0)[covered]
+        with np.errstate(all="ignore"):
+            stats = {
+                name: f(ys[:, covered], axis=0)
+                for name, f in (("median", np.nanmedian), ("min", np.nanmin), ("max", np.nanmax))
+            }
+        found.append(
+            {
+                "setting": label,
+                "seeds": len(curves),
+                "x": grid[covered] * factor,
+                "all_seeds": running == len(curves),
+                **stats,
+                "ends": [(c[column][-1] * factor, c["running_reward"][-1]) for c in curves],
+            }
+        )
+    if not found:
+        raise PlotError(f"{study_dir}: no trial has finished a batch yet, nothing to draw")
+    return found
+
+
+def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
+    """Each setting's median running reward over its seeds, with a min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = setting_curves(study_dir, x)
+    _, label, _ = X_AXES[x]
+    fig, ax = plt.subplots(figsize=(10, 6), layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, c in enumerate(curves):
+        colour = colours[k % len(colours)]
+        ax.fill_between(c["x"], c["min"], c["max"], color=colour, alpha=0.18, linewidth=0)
+        full = np.where(c["all_seeds"], c["median"], np.nan)
+        ax.plot(c["x"], full, color=colour, linewidth=2.2, label=f"{c['setting']} ({c['seeds']} seeds)")
+        fewer = np.where(~c["all_seeds"], c["median"], np.nan)
+        ax.plot(c["x"], fewer, color=colour, linewidth=1.2, linestyle=":")
+        ends = np.array(c["ends"])
+        ax.plot(ends[:, 0], ends[:, 1], linestyle="none", marker="o", markersize=4, color=colour)
+    ax.axhline(0, color="black", linestyle="--", linewidth=1)
+    ax.text(
+        0.995,
+        -0.3,
+        "as good as the built-in player (0) ",
+        transform=ax.get_yaxis_transform(),
+        ha="right",
+        va="top",
+        fontsize=9,
+    )
+    ax.set_ylim(-21.5, 21.5)
+    ax.set_yticks(range(-20, 21, 5))
+    ax.set_xlim(left=0)
+    ax.set_xlabel(label)
+    ax.set_ylabel("running reward (points for - against)")
+    ax.grid(alpha=0.3)
+    ax.legend(
+        loc="upper left",
+        fontsize=9,
+        title_fontsize=9,
+        title="median over seeds (dotted: over the seeds that ran that far),\nband: min-max, dot: where a seed ended",
+    )
+    ax.set_title(f"pgpong study {study_dir.name}: running reward by setting")
+    return _save(fig, output)
+
+
 def plot_weights(weights: Params, output: Path, title: str, units: int | None = None, zoom: int = 2) -> Path:
     """Every hidden unit's row of W1 as an 80x80 image, in a grid, one diverging colour
     map centred on 0. Each unit is scaled by the 99th percentile of its |weights| (a

@@ -5,7 +5,10 @@ run needs before its first batch (config.json and its history, trimmed progress)
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import os
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -74,7 +77,7 @@ def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> R
     if not config_file.exists():
         if resume_from is not None:
             raise ConfigError(f"--resume-from needs an existing run: {directory} has no config.json")
-        if directory.exists() and any(directory.iterdir()):
+        if directory.exists() and any(p.name != LOCK_NAME for p in directory.iterdir()):
             raise ConfigError(f"run directory {directory} is not empty and holds no pgpong run (no config.json)")
         config = TrainConfig(**given).validate()
         state = TrainingState(weights=Params.initial(config.hidden, config.seed), cache=None)  # type: ignore[arg-type]
@@ -161,3 +164,52 @@ def create_run_files(run: Run, extra: dict) -> None:
         raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
     if run.progress_path.exists():
         RunLog(run.progress_path).trim(run.state.batch)
+
+
+LOCK_NAME = ".lock"
+
+
+class RunBusy(ConfigError):
+    """Another live process holds the run directory."""
+
+
+class RunLock:
+    """One writer per run directory: an exclusive lock (flock) on DIR/.lock, which the
+    kernel lets go when the holder exits however it ends (kill -9 too), so a lock is
+    never stale. The file says who holds it, for the message a second writer gets.
+    A directory this lock made, and that holds nothing else when it is let go (the
+    run never began), is removed again."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._made = not directory.exists()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the run directory {directory}: {exc}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(self._fd)
+            raise RunBusy(
+                f"run directory {directory} is in use by {holder}: wait for that run to end, or give another --run-dir"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        if self._made and [p.name for p in self.directory.iterdir()] == [LOCK_NAME]:
+            (self.directory / LOCK_NAME).unlink(missing_ok=True)
+            self.directory.rmdir()
+        os.close(self._fd)  # lets the lock go
+        self._fd = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

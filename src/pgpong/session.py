@@ -16,9 +16,9 @@ from typing import TextIO
 
 from pgpong.checkpoint import list_checkpoints
 from pgpong.cluster import stop_ray
-from pgpong.config import TrainConfig
+from pgpong.config import TrainConfig, learning_rate_note
 from pgpong.envs import check_env_id
-from pgpong.rundir import Run, check_run_dir_writable, create_run_files, default_run_dir, open_run
+from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import LiveProgress, RunLog, TensorBoard
 from pgpong.trainer import Trainer
 from pgpong.workers import Pool, WorkerSettings, open_pool
@@ -27,10 +27,12 @@ from pgpong.workers import Pool, WorkerSettings, open_pool
 class TrainingSession:
     """Plan with `plan()`, then `train()`; `newest_checkpoint()` says what is saved."""
 
-    def __init__(self, run: Run, address: str | None, note: Callable[[str], None]):
+    def __init__(self, run: Run, address: str | None, note: Callable[[str], None], lock: RunLock | None = None):
         self.run = run
         self.address = address
         self.note = note
+        self.lock = lock
+        self.lr_note: str | None = None  # a new run's default learning rate, said on its first line
 
     @classmethod
     def plan(
@@ -41,16 +43,26 @@ class TrainingSession:
         address: str | None,
         note: Callable[[str], None],
     ) -> TrainingSession:
-        """Read the run directory and check everything; writes nothing."""
+        """Read the run directory and check everything, then hold it (RunLock: refused
+        if another process trains there); writes nothing else."""
         run_dir = run_dir or default_run_dir(TrainConfig(**given).validate())
         run = open_run(run_dir, given, resume_from)
         check_env_id(run.config.env_id)
-        if not run.finished:
-            check_run_dir_writable(run)
+        if run.finished:
+            return cls(run, address, note)
+        check_run_dir_writable(run)
         if run.config.workers == 0 and address is not None:
             note(f"--workers 0 plays in this process, without Ray: the Ray address {address} is not used")
             address = None
-        return cls(run, address, note)
+        lock = RunLock(run_dir)
+        try:  # read again under the lock: a run that just ended there may have written more
+            run = open_run(run_dir, given, resume_from)
+        except BaseException:
+            lock.release()
+            raise
+        session = cls(run, address, note, lock)
+        session.lr_note = None if run.resumed else learning_rate_note(run.config, given)
+        return session
 
     @property
     def directory(self) -> Path:
@@ -75,9 +87,10 @@ class TrainingSession:
             )
             for message in run.skipped:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
+            lr = self.lr_note or f"lr {config.learning_rate:g}"
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
-                f"on {where(pool)}"
+                f"{lr}, on {where(pool)}"
             )
             Trainer(run, pool, log).train()
             log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")
@@ -86,6 +99,8 @@ class TrainingSession:
             if pool is not None:
                 pool.close()
             stop_ray()
+            if self.lock is not None:
+                self.lock.release()
 
     def started(self) -> bool:
         """Whether the run directory holds this run (its config.json was written)."""

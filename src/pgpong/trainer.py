@@ -51,11 +51,18 @@ class Trainer:
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
         self._last_end: float | None = None  # wall time counts the gaps between batches too
 
-    def train(self) -> TrainingState:
-        """Train until `iterations` batches are done in all (forever when it is None)."""
+    def train(
+        self,
+        stop: Callable[[TrainingState], object] = lambda state: False,
+        each: Callable[[BatchReport], object] = lambda report: None,
+    ) -> TrainingState:
+        """Train until `iterations` batches are done in all (forever when it is None)
+        or `stop(state)` holds (checked before every batch); `each` sees every batch."""
         try:
-            while self.config.iterations is None or self.state.batch < self.config.iterations:
-                self.train_batch()
+            while (self.config.iterations is None or self.state.batch < self.config.iterations) and not stop(
+                self.state
+            ):
+                each(self.train_batch())
         finally:  # however it ends (Ctrl-C too), the newest row and its checkpoint reach the disk
             self.checkpoints.close()
         return self.state

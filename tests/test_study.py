@@ -1,0 +1,189 @@
+"""pgpong study: a grid x seeds on Ray Tune, killed with SIGKILL and finished by the
+same command, gives each trial the weights of the same `pgpong train` run done alone;
+the report and the picture come from the run directories alone."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import PGPONG, run_pgpong, train_in_process
+from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.config import ConfigError
+from pgpong.runlog import read_progress
+from pgpong.study import plan, report
+
+FIXED = ["--set", "hidden=16", "--set", "max-episode-steps=200", "--set", "batch-size=2"]
+MATCHES = 20  # 10 batches a trial
+
+
+def study_command(root, name="lrs", grid=("lr=1e-3,3e-3",)):
+    grids = [arg for g in grid for arg in ("--grid", g)]
+    return ["study", name, *grids, *FIXED, "--seeds", "0,1", "--max-matches", str(MATCHES), "--root", str(root)]
+
+
+def rows(trial_dir):
+    return [r for r in read_progress(trial_dir / "progress.csv") if None not in r.values()]
+
+
+@pytest.mark.slow
+def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_of_lone_runs(tmp_path):
+    root = tmp_path / "studies"
+    command = study_command(root)
+    proc = subprocess.Popen([*PGPONG, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    trials = root / "lrs" / "trials"
+    try:
+        deadline = time.monotonic() + 120
+        while not any(len(rows(d)) >= 3 for d in trials.glob("*")) if trials.exists() else True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)  # the study's driver, as a power cut would
+        proc.wait(timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what Ray left of the killed instance
+        proc.communicate()
+    before = {d.name: len(rows(d)) for d in trials.glob("*")}
+    assert any(0 < n < MATCHES // 2 for n in before.values()), before  # killed mid-trial
+
+    again = run_pgpong(*command, timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert "resuming at batch" in again.stdout, again.stdout
+    dirs = sorted(trials.glob("*"))
+    assert [d.name for d in dirs] == [
+        "lr=0.001__seed=0",
+        "lr=0.001__seed=1",
+        "lr=0.003__seed=0",
+        "lr=0.003__seed=1",
+    ]
+    for d in dirs:
+        lr, seed = float(d.name.split("__")[0][3:]), int(d.name[-1])
+        assert [int(r["batch"]) for r in rows(d)] == list(range(1, MATCHES // 2 + 1))  # no row lost or doubled
+        alone = train_in_process(
+            tmp_path / "alone" / d.name,
+            0,
+            MATCHES // 2,
+            {"hidden": 16, "max_episode_steps": 200, "batch_size": 2, "learning_rate": lr, "seed": seed},
+        )
+        mine = load_checkpoint(list_checkpoints(d / "checkpoints")[-1])
+        assert mine.batch == MATCHES // 2
+        np.testing.assert_array_equal(mine.weights.W1, alone.weights.W1)
+        np.testing.assert_array_equal(mine.weights.W2, alone.weights.W2)
+        assert mine.running_reward == alone.running_reward
+
+    # Done trials are not trained again; a different grid under the name is refused.
+    third = run_pgpong(*command)
+    assert third.returncode == 0 and third.stdout.count("already done (20 matches)") == 4, third.stdout
+    other = run_pgpong(*study_command(root, grid=("lr=1e-3",)))
+    assert other.returncode == 2 and "made with another grid" in other.stderr, other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+
+    # The report needs none of Tune's files.
+    shutil.rmtree(root / "lrs" / "tune")
+    shown = run_pgpong("study", "lrs", "--root", str(root), "--report", "--json", "--thresholds=-3,-2.5")
+    assert shown.returncode == 0, shown.stderr
+    summary = json.loads(shown.stdout)
+    assert [s["setting"] for s in summary["settings"]] == ["lr=0.001", "lr=0.003"]
+    for setting in summary["settings"]:
+        lr = setting["setting"].split("=")[1]
+        for threshold in ("-3", "-2.5"):
+            reached = {}
+            for seed in (0, 1):
+                for r in rows(trials / f"lr={lr}__seed={seed}"):
+                    if float(r["running_reward"]) >= float(threshold):
+                        reached[seed] = float(r["env_steps"])
+                        break
+            found = setting["thresholds"][threshold]
+            assert found["seeds_reached"] == sorted(reached)
+            if reached:
+                assert found["env_steps"]["median"] == np.median(list(reached.values()))
+                assert found["env_steps"]["min"] == min(reached.values())
+    table = run_pgpong("study", "lrs", "--root", str(root), "--report")
+    assert table.stdout.startswith("| setting | running reward | seeds reached |"), table.stdout
+
+    picture = run_pgpong("plot", str(root / "lrs"), "--by", "setting", "--x", "steps")
+    assert picture.returncode == 0, picture.stderr
+    with Image.open(root / "lrs" / "curves.png") as image:
+        assert image.size == (1000, 600)
+        pixels = np.asarray(image.convert("RGB"))
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50  # drawn, not blank
+
+
+def test_bad_study_input_is_one_line_and_status_2(tmp_path):
+    root = str(tmp_path)
+    cases = {
+        "no such setting": ["study", "x", "--grid", "colour=1,2", "--max-matches", "4"],
+        "not a whole number": ["study", "x", "--grid", "batch-size=ten", "--max-matches", "4"],
+        "one or more values": ["study", "x", "--grid", "lr=", "--max-matches", "4"],
+        "at least one --grid": ["study", "x", "--max-matches", "4"],
+        "no path separator": ["study", "a/b", "--grid", "lr=1e-3", "--max-matches", "4"],
+        "needs a stop": ["study", "x", "--grid", "lr=1e-3"],
+        "use --seeds": ["study", "x", "--grid", "seed=1,2", "--max-matches", "4"],
+        "--learning-rate must be in": ["study", "x", "--grid", "lr=2", "--max-matches", "4"],
+        "no study x": ["study", "x", "--report"],
+    }
+    for expected, args in cases.items():
+        proc = run_pgpong(*args, "--root", root)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], (args, proc.stderr)
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+@pytest.mark.slow
+def test_more_cpus_per_trial_than_the_cluster_has_is_refused(tmp_path):
+    proc = run_pgpong(
+        "study", "x", "--grid", "lr=1e-3", "--max-matches", "4", "--workers-per-trial", "64", "--root", str(tmp_path)
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "needs 64 CPUs per trial, but the Ray cluster has 2" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "x").exists()
+
+
+def test_plan_reads_values_as_train_does_and_stops_say_why():
+    study = plan.build(
+        "s", ["lr=1e-3,3e-3", "batch-size=10,60"], ["max-episode-steps=2k"], [0, 1], plan.Stops(env_steps=10)
+    )
+    assert study.grid == {"learning_rate": [1e-3, 3e-3], "batch_size": [10, 60]}
+    assert study.fixed == {"max_episode_steps": 2000}
+    trials = study.trials()
+    assert len(trials) == 8 and trials[0].directory.name == "lr=0.001__batch-size=10__seed=0"
+    assert trials[-1].settings == {
+        "max_episode_steps": 2000,
+        "learning_rate": 3e-3,
+        "batch_size": 60,
+        "seed": 1,
+        "workers": 0,
+    }
+    assert plan.count("20M") == 20_000_000 and plan.count("1.5k") == 1500
+    with pytest.raises(ValueError):
+        plan.count("1.2345k")
+    stops = plan.Stops(running_reward=0.0, env_steps=1000)
+    assert stops.reached(-0.5, 999, 5, 1.0) is None
+    assert str(stops.reached(0.0, 10, 5, 1.0)).startswith("running reward")
+    assert stops.reached(-3.0, 1000, 5, 1.0) == "1,000 env steps"
+    with pytest.raises(ConfigError, match="--set hidden takes one value"):
+        plan.build("s", ["lr=1e-3"], ["hidden=1,2"], [0], stops)
+
+
+def test_report_statistics():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0, 100.0]
+    found = report.spread(values)
+    assert found["median"] == 3.5 and found["min"] == 1.0 and found["max"] == 100.0
+    assert found["iqm"] == pytest.approx(np.mean([2.0, 3.0, 4.0, 5.0]))  # the middle half
+    low, high = found["iqm_95"]
+    assert 1.0 <= low <= found["iqm"] <= high <= 100.0
+    assert "iqm" not in report.spread([1.0, 2.0, 3.0, 4.0])  # fewer than five seeds
+    rows_ = [{"episodes": 10.0, "env_steps": 100.0, "wall_s": 60.0, "running_reward": r} for r in (-20.0, -9.0, 1.0)]
+    rows_[2]["episodes"] = 30.0
+    assert report.first_reach(rows_, -10.0) == {"matches": 10.0, "env_steps": 100.0, "minutes": 1.0}
+    assert report.first_reach(rows_, 0.0) == {"matches": 30.0, "env_steps": 100.0, "minutes": 1.0}
+    assert report.first_reach(rows_, 10.0) is None
