@@ -153,11 +153,11 @@ def markdown(summary: dict[str, Any]) -> str:
     for setting in summary["settings"]:
         for seed, end in setting["at_the_end"].items():
             ends.append(
-                f"{setting['setting']} seed={seed}: {end['running_reward']:+.2f} after "
+                f"- {setting['setting']} seed={seed}: {end['running_reward']:+.2f} after "
                 f"{end['matches']:,.0f} matches, {_num(end['env_steps'], 'env_steps')} env steps"
             )
     note = "Median (min-max) over the seeds that reached the running reward; minutes are the trial's own training time."
-    return "\n".join([*lines, "", note, "", "At the end: " + "; ".join(ends) + "." if ends else ""]).rstrip() + "\n"
+    return "\n".join([*lines, "", note, *(["", "Where each trial stands:", *ends] if ends else [])]) + "\n"
 
 
 def write(summary: dict[str, Any], directory: Path) -> tuple[Path, Path]:

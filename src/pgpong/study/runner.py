@@ -214,7 +214,7 @@ class Events:
                 self.state[label],
                 f"{totals.batch:,}",
                 f"{totals.matches:,}",
-                f"{totals.env_steps / 1e6:.2f}M",
+                f"{totals.env_steps / 1e6:.2f}M" if totals.env_steps >= 1e5 else f"{totals.env_steps / 1e3:.1f}k",
                 f"{totals.wall_s / 60:.1f}",
                 reward,
             )
@@ -225,6 +225,9 @@ def _callback(events: Events, stops: Stops) -> Any:
     from ray import tune
 
     class Callback(tune.Callback):
+        def __reduce__(self):  # Tune saves its callbacks; this one lives only in this process
+            return (tune.Callback, ())
+
         def on_trial_start(self, iteration, trials, trial, **info):
             found = events.trial(trial)
             if found is not None:
