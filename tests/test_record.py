@@ -146,11 +146,20 @@ def test_gif_is_cut_at_its_size_limit(tmp_path, monkeypatch):
 
 
 def test_interrupted_recording_leaves_no_file(tmp_path, monkeypatch):
-    def broken(path, frames, fps):
-        path.write_bytes(b"half a video")
-        raise KeyboardInterrupt
+    class Writer:  # an encoder whose output is half written when Ctrl-C comes
+        def __init__(self, path, fps):
+            self.path, self.frames = path, 0
 
-    monkeypatch.setattr(record, "_write_mp4", broken)
+        def append_data(self, frame):
+            self.frames += 1
+            self.path.write_bytes(b"half a video")
+            if self.frames == 5:
+                raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(record, "_mp4_writer", Writer)
     with pytest.raises(KeyboardInterrupt):
         list(record_matches(tmp_path / "x.mp4", 1, Params.initial(16, 2), "ALE/Pong-v5", 10, 0, False, None))
     assert list(tmp_path.iterdir()) == []
@@ -182,3 +191,40 @@ def test_damaged_checkpoint_records_nothing(tmp_path):
     proc = run_pgpong("play", str(bad), "--workers", "0", "--record", str(tmp_path / "m.mp4"))
     assert_one_line_error(proc, "bad.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz"]
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_mp4_frames_stream_to_the_encoder_and_an_interrupted_match_leaves_no_file(tmp_path, agent):
+    """MP4 frames go to ffmpeg as they are drawn (the recorder holds none), into a
+    temporary file; a match stopped midway (Ctrl-C) leaves neither it nor the output."""
+    env = make_env("ALE/Pong-v5", 200)
+    weights = Params.initial(16, 2)
+    out = tmp_path / "stream.mp4"
+    recorder = record.Recorder(out, fps=15)
+    seen = []
+
+    def observe(*args):
+        recorder(*args)
+        seen.append(recorder.tmp.stat().st_size if recorder.tmp.exists() else 0)
+        if len(seen) == 150:
+            raise Interrupt()
+
+    try:
+        with pytest.raises(Interrupt):
+            play_match(env, weights, match_ids(0, 1)[0], False, observer=observe)
+    finally:
+        recorder.discard()
+    assert recorder.frames == [] and recorder.count == 150
+    assert seen[-1] > 0  # ffmpeg was writing the file while the match played
+    assert list(tmp_path.iterdir()) == []  # no partial file, no temporary file
+
+    whole = record.Recorder(out, fps=15)
+    result = play_match(env, weights, match_ids(0, 1)[0], False, observer=whole)
+    whole.save()
+    env.close()
+    _, frames = read_mp4(out)
+    assert len(frames) == whole.count == result.steps
+    assert [p.name for p in tmp_path.iterdir()] == ["stream.mp4"]

@@ -162,9 +162,12 @@ def record_matches(
     try:
         for match in match_ids(seed, count):
             recorder = Recorder(numbered(path, match.episode, count), fps)
-            result = play_match(env, weights, match, greedy, observer=recorder)
-            recorder.save()
-            frames = len(recorder.frames)
+            try:
+                result = play_match(env, weights, match, greedy, observer=recorder)
+                recorder.save()
+            finally:
+                recorder.discard()  # after Ctrl-C or an error: no partial file
+            frames = recorder.count
             line = (
                 f"recorded match {match.episode + 1} ({result.points_for}:{result.points_against}) to "
                 f"{recorder.path}: {frames} frames, {frames / fps:.0f} s at {fps:g} fps"

@@ -9,7 +9,7 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -150,16 +150,22 @@ class FrameDrawer:
 
 
 class Recorder:
-    """Collects a match's frames as an observer of rollout.play_match, and writes
-    them when the match is over. Nothing is on disk until `save`."""
+    """Records a match as an observer of rollout.play_match. MP4 frames go to the
+    encoder as they are drawn (memory stays flat however long the match), into a
+    temporary file that `save` renames; GIF frames (a byte a pixel) are kept and
+    written by `save`, cut at about GIF_MAX_BYTES. `discard` (or an error, or Ctrl-C
+    in the caller's `finally`) leaves no file behind."""
 
     def __init__(self, path: Path, fps: float, scale: int | None = None):
         self.path = path
         self.fps = fps
         self.gif = path.suffix.lower() == ".gif"
         self.drawer = FrameDrawer(scale or (2 if self.gif else 3))
-        self.frames: list = []
+        self.count = 0  # frames recorded
+        self.frames: list[Image.Image] = []  # a GIF's frames
         self.cut = False  # the GIF reached its size limit
+        self.tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+        self._writer: Any = None  # the MP4 encoder, opened at the first frame
         self._measured_bytes = 0
         self._measured_frames = 0
         self._palette = _palette_image() if self.gif else None
@@ -168,8 +174,11 @@ class Recorder:
         if self.cut:
             return
         frame = self.drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)
+        self.count += 1
         if not self.gif:
-            self.frames.append(frame)
+            if self._writer is None:
+                self._writer = _mp4_writer(self.tmp, self.fps)
+            self._writer.append_data(frame)
             return
         self.frames.append(Image.fromarray(frame).quantize(palette=self._palette, dither=Image.Dither.NONE))
         if len(self.frames) - self._measured_frames == GIF_CHUNK:  # size so far, a chunk at a time
@@ -179,26 +188,37 @@ class Recorder:
                 self.cut = True
 
     def save(self) -> Path:
-        """Write the file atomically; return its path."""
-        if not self.frames:
+        """Finish the file and put it in place atomically; return its path."""
+        if not self.count:
+            self.discard()
             raise RecordingError(f"{self.path}: nothing to record (no frame)")
-        tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}")
         try:
             if self.gif:
-                tmp.write_bytes(_gif_bytes(self.frames, self.fps))
+                self.tmp.write_bytes(_gif_bytes(self.frames, self.fps))
             else:
-                _write_mp4(tmp, self.frames, self.fps)
-            os.replace(tmp, self.path)
+                self._writer.close()
+                self._writer = None
+            os.replace(self.tmp, self.path)
         finally:
-            tmp.unlink(missing_ok=True)
+            self.discard()
         return self.path
 
+    def discard(self) -> None:
+        """Close the encoder and remove the temporary file, if any."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # an encoder that failed: its file goes anyway
+                pass
+        self.tmp.unlink(missing_ok=True)
 
-def _write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
+
+def _mp4_writer(path: Path, fps: float) -> Any:
     import imageio.v2 as imageio
 
     # Frame sides are already multiples of 16, so imageio does not resize them.
-    with imageio.get_writer(
+    return imageio.get_writer(
         path,
         format="FFMPEG",
         mode="I",
@@ -207,9 +227,7 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
         quality=7,
         macro_block_size=MP4_BLOCK,
         ffmpeg_log_level="error",
-    ) as writer:
-        for frame in frames:
-            cast(Any, writer).append_data(frame)
+    )
 
 
 def _gif_bytes(frames: list[Image.Image], fps: float) -> bytes:
