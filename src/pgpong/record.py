@@ -5,6 +5,7 @@ wheel ships ffmpeg), GIF through Pillow; both written atomically (temp file, ren
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from dataclasses import dataclass
@@ -207,10 +208,8 @@ class Recorder:
         """Close the encoder and remove the temporary file, if any."""
         writer, self._writer = self._writer, None
         if writer is not None:
-            try:
+            with contextlib.suppress(Exception):  # an encoder that failed: its file goes anyway
                 writer.close()
-            except Exception:  # an encoder that failed: its file goes anyway
-                pass
         self.tmp.unlink(missing_ok=True)
 
 
