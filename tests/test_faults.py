@@ -329,3 +329,31 @@ def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(sma
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     assert checkpoints and load_checkpoint(checkpoints[-1]).batch >= 2  # the newest is whole
     assert not list((run_dir / "checkpoints").glob(".*tmp"))  # no half-written file left
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_is_ended_and_its_episodes_played_elsewhere(tmp_path, ray_instance, reference, monkeypatch):
+    """A worker stopped with SIGSTOP at its first episode of batch 2 (an event, not a
+    sleep) is ended once silent for the stuck limit, and the weights do not change."""
+    marker = tmp_path / "frozen.pid"
+    monkeypatch.setenv(TEST_FAULT, f"stop:1:{marker}")
+    floor = 3.0
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2, stuck_floor=floor)
+    run_dir = tmp_path / "run"
+    try:
+        with hang_guard(120):
+            state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
+        limit = pool._watch.limit()
+    finally:
+        pool.close()
+    frozen = int(marker.read_text())  # the fault happened
+    deadline = time.monotonic() + 30  # Ray ends a stopped process with SIGKILL after a few seconds
+    while os.path.exists(f"/proc/{frozen}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{frozen}")  # the frozen process was ended
+    assert pool.replaced == 1
+    assert_same_weights(state, reference[3])
+    rows = read_progress(run_dir / "progress.csv")
+    assert [r["workers_replaced"] for r in rows] == ["0", "1", "0"]
+    assert limit >= floor  # the floor, or 10 times the longest episode if that is longer
+    assert floor < float(rows[1]["batch_s"]) < limit + 20  # ended after the limit, not at the 600 s stall

@@ -39,6 +39,11 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # No result at all for this long means something is stuck, not slow: even a
 # 108,000-step PongNoFrameskip match takes about a minute.
 STALL_SECONDS = 600.0
+# A worker that has returned nothing for STUCK_MULTIPLE times the longest episode so
+# far (and at least STUCK_FLOOR_SECONDS) is stuck: it is ended, and its episodes are
+# played again elsewhere with the same seeds.
+STUCK_MULTIPLE = 10.0
+STUCK_FLOOR_SECONDS = 60.0
 START_SECONDS = 120.0
 START_GRACE_SECONDS = 15.0  # how long the other workers may lag the first one at start
 # More workers than this on one node also get a leader (leaders.py): the driver then
@@ -168,7 +173,9 @@ class RolloutWorker:
 def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
     """Misbehave on purpose when a test asks: 'start' (the constructor raises),
     'crash:N' (the process kills itself in every episode of batch N and later),
-    'slow:K' (episode K of every batch takes 2 s longer), 'hang' (episodes never end)."""
+    'slow:K' (episode K of every batch takes 2 s longer), 'hang' (episodes never end),
+    'stop:N:FILE' (the first worker to play an episode of batch N writes its pid to
+    FILE and stops itself with SIGSTOP, like a frozen process)."""
     fault = os.environ.get(TEST_FAULT)
     if not fault:
         return
@@ -183,6 +190,16 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
         time.sleep(2.0)
     if kind == "hang":
         time.sleep(3600)
+    if kind == "stop":
+        batch, _, marker = arg.partition(":")
+        if episode.batch == int(batch):
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                return  # another worker froze already
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class LocalPool:
@@ -273,10 +290,12 @@ class RayPool:
         worker_class: type[RolloutWorker] = RolloutWorker,
         kind: WorkerKind | None = None,
         node_id: str | None = None,
+        stuck_floor: float = STUCK_FLOOR_SECONDS,
     ):
         import ray
 
         self._ray = ray
+        self._watch = _Watch(stuck_floor, STUCK_MULTIPLE)
         self._kind = kind or WorkerKind(worker_class)
         env_vars = {**ONE_THREAD, **{k: v for k, v in os.environ.items() if k == TEST_FAULT}}
         options: dict[str, Any] = {"num_cpus": self._kind.per_process, "runtime_env": {"env_vars": env_vars}}
@@ -363,9 +382,14 @@ class RayPool:
         finished: dict[int, Any] = {}
         next_out, last_progress = 0, time.monotonic()
 
+        watch = self._watch.new_batch()
         while next_out < len(episodes):
             for worker, position in hand.out(todo):
                 running[getattr(worker, method).remote(published, episodes[position], *args)] = (worker, position)
+                watch.busy(worker)
+            for worker in watch.stuck():  # its calls fail now, and go to the dead-worker path below
+                self._ray.kill(_process(worker), no_restart=True)
+                watch.forget(worker)
             done, _ = ray.wait([*running, *self._starting], num_returns=1, timeout=1.0)
             for ref in done:
                 if ref in self._starting:
@@ -374,13 +398,15 @@ class RayPool:
                     continue
                 worker, position = running.pop(ref)
                 result = self._result(ref, worker, hand)
-                if result is None:  # its worker died: played again, with the same seed
+                if result is None:  # its worker died (or was stuck): played again, with the same seed
+                    watch.forget(worker)
                     todo.appendleft(position)
                     continue
                 finished[position] = result
                 self.last_batch_bytes += _grad_bytes(result)
                 last_progress = time.monotonic()
                 hand.back(worker, idle=not todo)
+                watch.done(worker, busy=hand.held.get(worker, 0) > 0)
             if not running and not todo:  # the slowest episode is in: the barrier is over
                 self.last_batch_seconds["barrier"] = hand.idle_seconds() / max(1, len(self._ready))
             while next_out in finished:
@@ -429,6 +455,41 @@ class RayPool:
         for process in {_process(w) for w in self._ready} | {_process(ws[0]) for ws in self._starting.values()}:
             self._ray.kill(process)
         self._ready, self._starting = [], {}
+
+
+class _Watch:
+    """When each busy worker last returned something, and the longest an episode has
+    taken (since the pool started): a worker silent for much longer than that is stuck."""
+
+    def __init__(self, floor: float, multiple: float):
+        self.floor, self.multiple = floor, multiple
+        self.longest = 0.0
+        self._since: dict[Any, float] = {}
+
+    def new_batch(self) -> _Watch:
+        self._since.clear()
+        return self
+
+    def limit(self) -> float:
+        return max(self.floor, self.multiple * self.longest)
+
+    def busy(self, worker: Any) -> None:
+        self._since.setdefault(worker, time.monotonic())
+
+    def done(self, worker: Any, busy: bool) -> None:
+        now = time.monotonic()
+        began = self._since.pop(worker, None)
+        if began is not None:
+            self.longest = max(self.longest, now - began)
+        if busy:
+            self._since[worker] = now
+
+    def forget(self, worker: Any) -> None:
+        self._since.pop(worker, None)
+
+    def stuck(self) -> list:
+        now, limit = time.monotonic(), self.limit()
+        return [worker for worker, since in self._since.items() if now - since > limit]
 
 
 class _HandOut:
