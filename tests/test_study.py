@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -29,12 +30,22 @@ def study_command(root, name="lrs", grid=("lr=1e-3,3e-3",)):
     return ["study", name, *grids, *FIXED, "--seeds", "0,1", "--max-matches", str(MATCHES), "--root", str(root)]
 
 
+def pgpong(capsys, *args):
+    """The command line in this process (no interpreter start-up): (status, stdout, stderr)."""
+    from pgpong.cli import main
+
+    capsys.readouterr()
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def rows(trial_dir):
     return [r for r in read_progress(trial_dir / "progress.csv") if None not in r.values()]
 
 
 @pytest.mark.slow
-def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_of_lone_runs(tmp_path):
+def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_of_lone_runs(tmp_path, capsys):
     root = tmp_path / "studies"
     command = study_command(root)
     proc = subprocess.Popen([*PGPONG, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -80,17 +91,16 @@ def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_
         assert mine.running_reward == alone.running_reward
 
     # Done trials are not trained again; a different grid under the name is refused.
-    third = run_pgpong(*command)
-    assert third.returncode == 0 and third.stdout.count("already done (20 matches)") == 4, third.stdout
-    other = run_pgpong(*study_command(root, grid=("lr=1e-3",)))
-    assert other.returncode == 2 and "made with another grid" in other.stderr, other.stderr
-    assert len(other.stderr.strip().splitlines()) == 1
+    status, out, err = pgpong(capsys, *command)  # Ray is not even started
+    assert status == 0 and out.count("already done (20 matches)") == 4, out + err
+    status, out, err = pgpong(capsys, *study_command(root, grid=("lr=1e-3",)))
+    assert status == 2 and "made with another grid" in err and len(err.strip().splitlines()) == 1, err
 
     # The report needs none of Tune's files.
     shutil.rmtree(root / "lrs" / "tune")
-    shown = run_pgpong("study", "lrs", "--root", str(root), "--report", "--json", "--thresholds=-3,-2.5")
-    assert shown.returncode == 0, shown.stderr
-    summary = json.loads(shown.stdout)
+    status, out, err = pgpong(capsys, "study", "lrs", "--root", str(root), "--report", "--json", "--thresholds=-3,-2.5")
+    assert status == 0, err
+    summary = json.loads(out)
     assert [s["setting"] for s in summary["settings"]] == ["lr=0.001", "lr=0.003"]
     for setting in summary["settings"]:
         lr = setting["setting"].split("=")[1]
@@ -106,18 +116,18 @@ def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_
             if reached:
                 assert found["env_steps"]["median"] == np.median(list(reached.values()))
                 assert found["env_steps"]["min"] == min(reached.values())
-    table = run_pgpong("study", "lrs", "--root", str(root), "--report")
-    assert table.stdout.startswith("| setting | running reward | seeds reached |"), table.stdout
+    status, out, err = pgpong(capsys, "study", "lrs", "--root", str(root), "--report")
+    assert status == 0 and out.startswith("| setting | running reward | seeds reached |"), out
 
-    picture = run_pgpong("plot", str(root / "lrs"), "--by", "setting", "--x", "steps")
-    assert picture.returncode == 0, picture.stderr
+    status, out, err = pgpong(capsys, "plot", str(root / "lrs"), "--by", "setting", "--x", "steps")
+    assert status == 0, err
     with Image.open(root / "lrs" / "curves.png") as image:
         assert image.size == (1000, 600)
         pixels = np.asarray(image.convert("RGB"))
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50  # drawn, not blank
 
 
-def test_bad_study_input_is_one_line_and_status_2(tmp_path):
+def test_bad_study_input_is_one_line_and_status_2(tmp_path, capsys):
     root = str(tmp_path)
     cases = {
         "no such setting": ["study", "x", "--grid", "colour=1,2", "--max-matches", "4"],
@@ -131,21 +141,31 @@ def test_bad_study_input_is_one_line_and_status_2(tmp_path):
         "no study x": ["study", "x", "--report"],
     }
     for expected, args in cases.items():
-        proc = run_pgpong(*args, "--root", root)
-        assert proc.returncode == 2, (args, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and expected in lines[0], (args, proc.stderr)
+        status, out, err = pgpong(capsys, *args, "--root", root)
+        assert status == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], (args, err)
     assert list(tmp_path.iterdir()) == []  # nothing was written
 
 
-@pytest.mark.slow
-def test_more_cpus_per_trial_than_the_cluster_has_is_refused(tmp_path):
-    proc = run_pgpong(
-        "study", "x", "--grid", "lr=1e-3", "--max-matches", "4", "--workers-per-trial", "64", "--root", str(tmp_path)
+def test_more_cpus_per_trial_than_the_machine_has_is_refused_before_ray_starts(tmp_path, capsys):
+    status, out, err = pgpong(
+        capsys,
+        "study",
+        "x",
+        "--grid",
+        "lr=1e-3",
+        "--max-matches",
+        "4",
+        "--workers-per-trial",
+        "64",
+        "--root",
+        str(tmp_path),
     )
-    assert proc.returncode == 2, proc.stderr
-    assert "needs 64 CPUs per trial, but the Ray cluster has 2" in proc.stderr.strip().splitlines()[-1]
+    assert status == 2, err
+    assert f"needs 64 CPUs per trial, but the Ray cluster has {os.cpu_count()}" in err.strip().splitlines()[-1]
     assert not (tmp_path / "x").exists()
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
 def test_plan_reads_values_as_train_does_and_stops_say_why():

@@ -420,6 +420,8 @@ def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int
         check_resources(found)
 
     command = " ".join(shlex.quote(a) for a in [_pgpong_command(), *sys.argv[1:]])
+    if address is None:  # a local instance: the machine's CPUs, known before Ray starts
+        check_resources(found, os.cpu_count() or 1)
     try:
         run_study(found, sys.stdout, connect)
     except ClusterError as exc:

@@ -265,11 +265,13 @@ def _error_line(trial: Any) -> str:
     return lines[-1] if lines else "its process failed (see Tune's error file)"
 
 
-def check_resources(study: Study) -> None:
-    """Refuse a trial that needs more CPUs than the cluster has (it would wait forever)."""
+def check_resources(study: Study, cpus: int | None = None) -> None:
+    """Refuse a trial that needs more CPUs than the cluster has (it would wait
+    forever): `cpus` when given (a local instance will have this machine's), else
+    the connected cluster's."""
     from pgpong.cluster import cluster_cpus
 
-    need, have = max(1, study.workers_per_trial), cluster_cpus()
+    need, have = max(1, study.workers_per_trial), cpus or cluster_cpus()
     if need > have:
         raise ConfigError(
             f"--workers-per-trial {study.workers_per_trial} needs {need} CPUs per trial, "
