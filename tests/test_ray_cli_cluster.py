@@ -1,16 +1,23 @@
 """A cluster built as the README says, with the `ray` command (a head and a second node
 on this machine, token authentication on): pgpong trains on both nodes; a missing or
 wrong token is refused at once; a Ray job trains. Every Ray process started here is
-stopped at the end, even when a test fails (`ray stop --force`, so no other Ray
-instance may run on the machine meanwhile: tests run one at a time)."""
+stopped at the end, even when a test fails, and only those: each head gets a Ray
+temporary directory and a port of its own, and the processes that name either (and
+their children) are ended. `ray stop` would end every Ray instance on the machine,
+a user's training run included; a test shows that one survives."""
 
+import contextlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pgpong.runlog import read_progress
@@ -35,10 +42,42 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def as_run_here(command: str, port: int) -> str:
+def ray_processes(temp_dir: str, port: int) -> list[psutil.Process]:
+    """The processes of the Ray cluster whose head was started with this temporary
+    directory and port: those naming either on their command line, and their children."""
+    found: set[psutil.Process] = set()
+    marks = (temp_dir, f":{port} ", f"={port} ")  # --temp-dir=..., --address=IP:PORT, --gcs-port=PORT
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or []) + " "
+            if proc.pid != os.getpid() and any(mark in line for mark in marks):
+                found.add(proc)
+                found.update(proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return list(found)
+
+
+def stop_own_ray(temp_dir: str, port: int) -> None:
+    """End that cluster's processes (SIGTERM, then SIGKILL after 5 s), and no others."""
+    procs = ray_processes(temp_dir, port)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def as_run_here(command: str, port: int, temp_dir: str | None = None) -> str:
     """The README's command as written, with this machine's free port and this
-    environment's executables in place of `ray` and `pgpong`."""
+    environment's executables in place of `ray` and `pgpong` (and the test's own Ray
+    temporary directory for a head)."""
     command = command.replace("6379", str(port))
+    if temp_dir and " start --head" in command:
+        command += f" --temp-dir {temp_dir}"
     programs = {"ray": str(BIN / "ray"), "pgpong": f"{sys.executable} -m pgpong"}
     return re.sub(r"^((?:[A-Z_]+=\S+\s+)*)(ray|pgpong)\b", lambda m: m.group(1) + programs[m.group(2)], command)
 
@@ -47,43 +86,71 @@ def program(command: str) -> str:
     return re.sub(r"^(?:[A-Z_]+=\S+\s+)*", "", command).split()[0]
 
 
+def short_temp_dir() -> str:
+    return tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+
+
 @pytest.fixture
 def ray_home(tmp_path):
-    """A home directory of its own (the token goes there), and `ray stop` at the end."""
+    """A home directory (the token goes there), a port and a Ray temporary directory
+    of its own; the cluster started with them is stopped at the end."""
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
         env.pop(key, None)
+    port, temp_dir = free_port(), short_temp_dir()
     try:
-        yield home, env
+        yield home, env, port, temp_dir
     finally:
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_own_ray(temp_dir, port)
 
 
 def run(command: str, env: dict, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def test_readme_cluster_steps_train_on_both_nodes(ray_home, tmp_path):
-    home, env = ray_home
-    port = free_port()
-    commands = readme_block("cluster-on-one-machine")
-    assert [program(c) for c in commands] == ["ray", "ray", "ray", "pgpong", "ray"]
-    run_dir = tmp_path / "run"
-    for command in commands[:3]:
-        proc = run(as_run_here(command, port), env)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (home / ".ray" / "auth_token").is_file()
-    train = as_run_here(commands[3], port) + f" --run-dir {run_dir}"
-    proc = run(train, env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "on 2 Ray worker(s) on 2 node(s)" in proc.stdout, proc.stdout
-    rows = read_progress(run_dir / "progress.csv")
-    assert rows and all(r["workers"] == "2" for r in rows)
-    assert "gcs_client" not in proc.stderr and "InvalidAuthToken" not in proc.stderr
-    proc = run(as_run_here(commands[4], port), env)  # ray stop, as the README ends
-    assert proc.returncode == 0
+def test_readme_cluster_steps_train_on_both_nodes_and_a_users_run_survives(ray_home, tmp_path):
+    home, env, port, temp_dir = ray_home
+    # A user's training run in another terminal, on a Ray instance of its own.
+    users_run = tmp_path / "users-run"
+    user = subprocess.Popen(
+        [sys.executable, "-m", "pgpong", "train", "--workers", "1", "--hidden", "8", "--max-episode-steps", "50"]
+        + ["--batch-size", "1", "--run-dir", str(users_run)],
+        env={**os.environ, "RAY_ADDRESS": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        commands = readme_block("cluster-on-one-machine")
+        assert [program(c) for c in commands] == ["ray", "ray", "ray", "pgpong", "ray"]
+        run_dir = tmp_path / "run"
+        for command in commands[:3]:
+            proc = run(as_run_here(command, port, temp_dir), env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (home / ".ray" / "auth_token").is_file()
+        train = as_run_here(commands[3], port) + f" --run-dir {run_dir}"
+        proc = run(train, env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "on 2 Ray worker(s) on 2 node(s)" in proc.stdout, proc.stdout
+        rows = read_progress(run_dir / "progress.csv")
+        assert rows and all(r["workers"] == "2" for r in rows)
+        assert "gcs_client" not in proc.stderr and "InvalidAuthToken" not in proc.stderr
+        assert commands[4] == "ray stop"  # the README's last step; the test ends only its own cluster
+        ours = ray_processes(temp_dir, port)
+        assert len(ours) >= 6  # GCS, two raylets and their helpers
+        stop_own_ray(temp_dir, port)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ours)
+
+        assert user.poll() is None  # the user's run goes on
+        before = len(read_progress(users_run / "progress.csv"))
+        deadline = time.monotonic() + 60
+        while len(read_progress(users_run / "progress.csv")) <= before + 2:
+            assert user.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        user.terminate()
+        user.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -93,17 +160,18 @@ def token_head(tmp_path_factory):
     env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
         env.pop(key, None)
-    port, dashboard = free_port(), free_port()
+    port, dashboard, temp_dir = free_port(), free_port(), short_temp_dir()
     try:
         proc = run(
             f"{BIN / 'ray'} get-auth-token --generate > /dev/null && {BIN / 'ray'} start --head --port {port} "
-            f"--num-cpus 2 --dashboard-port {dashboard}",
+            f"--num-cpus 2 --dashboard-port {dashboard} --dashboard-agent-listen-port {free_port()} "
+            f"--temp-dir {temp_dir}",  # ports of its own: another Ray instance may be running
             env,
         )
         assert proc.returncode == 0, proc.stderr
         yield env, port, dashboard
     finally:
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_own_ray(temp_dir, port)
 
 
 @pytest.mark.parametrize("token", [None, "not-the-token"])
@@ -150,10 +218,11 @@ def test_ray_job_trains_and_its_logs_show_the_batches(token_head, tmp_path):
 
 
 def test_a_cluster_without_authentication_takes_a_driver_that_has_a_token(ray_home, tmp_path):
-    home, env = ray_home
-    port = free_port()
+    home, env, port, temp_dir = ray_home
     proc = run(
-        f"RAY_AUTH_MODE=disabled {BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false", env
+        f"RAY_AUTH_MODE=disabled {BIN / 'ray'} start --head --port {port} --num-cpus 1 --include-dashboard false "
+        f"--temp-dir {temp_dir}",
+        env,
     )
     assert proc.returncode == 0, proc.stderr
     (home / ".ray").mkdir(exist_ok=True)

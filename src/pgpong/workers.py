@@ -174,8 +174,9 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
     """Misbehave on purpose when a test asks: 'start' (the constructor raises),
     'crash:N' (the process kills itself in every episode of batch N and later),
     'slow:K' (episode K of every batch takes 2 s longer), 'hang' (episodes never end),
-    'stop:N:FILE' (the first worker to play an episode of batch N writes its pid to
-    FILE and stops itself with SIGSTOP, like a frozen process)."""
+    'stop:N:FILE' and 'die:N:FILE' (the first worker to play an episode of batch N
+    writes its pid to FILE and stops itself with SIGSTOP, like a frozen process, or
+    kills itself with SIGKILL)."""
     fault = os.environ.get(TEST_FAULT)
     if not fault:
         return
@@ -190,7 +191,7 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
         time.sleep(2.0)
     if kind == "hang":
         time.sleep(3600)
-    if kind == "stop":
+    if kind in ("stop", "die"):
         batch, _, marker = arg.partition(":")
         if episode.batch == int(batch):
             try:
@@ -199,7 +200,7 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
                 return  # another worker froze already
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            os.kill(os.getpid(), signal.SIGSTOP)
+            os.kill(os.getpid(), signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
 
 
 class LocalPool:
