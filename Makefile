@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train play test lint soak bench clean
+.PHONY: train play test test-matrix lint soak bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -34,8 +34,12 @@ lint: $(VENV)/.installed
 soak: $(VENV)/.installed
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python tests/soak.py $(ARGS)
 
+# Each Python 3.11-3.13 found here x newest and lowest dependencies: a fresh venv, the fast tests.
+test-matrix:
+	$(PYTHON) tests/matrix.py $(ARGS)
+
 bench: $(VENV)/.installed
 	$(BIN)/pgpong bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) .matrix build src/*.egg-info .pytest_cache
