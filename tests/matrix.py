@@ -40,6 +40,18 @@ def lowest_pins(extras: tuple[str, ...] = ("study", "test")) -> list[str]:
     return sorted(pins.values())
 
 
+def find_python(version: str) -> str | None:
+    """An interpreter of that version: pythonX.Y on PATH if it runs (a pyenv shim may
+    not), else one that pyenv installed."""
+    candidates = [shutil.which(f"python{version}")]
+    pyenv = Path.home() / ".pyenv" / "versions"
+    candidates += sorted(str(p) for p in pyenv.glob(f"{version}.*/bin/python{version}"))
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
 def run(command: list[str], log, timeout: float) -> int:
     log.write(f"\n$ {' '.join(command)}\n")
     log.flush()
@@ -63,9 +75,10 @@ def try_one(python: str, deps: str, work: Path, pytest_args: list[str]) -> dict:
     shutil.rmtree(venv, ignore_errors=True)
     began = time.monotonic()
     with open(log_path, "w") as log:
-        if shutil.which(f"python{python}") is None:
+        interpreter = find_python(python)
+        if interpreter is None:
             return {"python": python, "deps": deps, "result": "no such Python here", "log": str(log_path)}
-        status = run([f"python{python}", "-m", "venv", str(venv)], log, 300)
+        status = run([interpreter, "-m", "venv", str(venv)], log, 300)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
         if status == 0:
             status = run([*pip, "--upgrade", "pip"], log, 600)
@@ -78,8 +91,12 @@ def try_one(python: str, deps: str, work: Path, pytest_args: list[str]) -> dict:
         if status != 0:
             return {"python": python, "deps": deps, "result": "install failed", "log": str(log_path)}
         versions = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import sys, numpy, ray, gymnasium, ale_py; "
-             "print(sys.version.split()[0], numpy.__version__, ray.__version__, gymnasium.__version__, ale_py.__version__)"],
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sys, numpy, ray, gymnasium, ale_py; "
+                "print(sys.version.split()[0], numpy.__version__, ray.__version__, gymnasium.__version__, ale_py.__version__)",
+            ],
             capture_output=True,
             text=True,
         ).stdout.split()
