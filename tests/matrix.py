@@ -94,8 +94,8 @@ def try_one(python: str, deps: str, work: Path, pytest_args: list[str]) -> dict:
             [
                 str(venv / "bin" / "python"),
                 "-c",
-                "import sys, numpy, ray, gymnasium, ale_py as a; "
-                "print(sys.version.split()[0], numpy.__version__, ray.__version__, gymnasium.__version__, a.__version__)",
+                "import sys, numpy, ray, gymnasium as g, ale_py as a; "
+                "print(sys.version.split()[0], numpy.__version__, ray.__version__, g.__version__, a.__version__)",
             ],
             capture_output=True,
             text=True,
