@@ -1,0 +1,123 @@
+"""The gradient noise scale of a policy (McCandlish et al. 2018, "An Empirical Model of
+Large-Batch Training"): the batch size beyond which bigger batches stop saving updates.
+
+pgpong's batch gradient is the sum of per-match gradients g_i (ALGORITHM.md section 4).
+With G the mean per-match gradient and Sigma their covariance, the simple noise scale is
+
+    B_simple = tr(Sigma) / |G|^2            (in matches; times the mean match length: in steps)
+
+estimated from n matches played with one policy: tr(Sigma) by the sample variance
+S = sum |g_i - mean|^2 / (n - 1), and |G|^2 without bias by |mean|^2 - S / n. When
+that is not positive the n matches cannot see the signal under the noise: the
+noise scale is then larger than about n, and the estimate is given as None.
+
+    python -m pgpong.noise CHECKPOINT [CHECKPOINT ...] --matches 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgpong.policy import Params
+
+
+def per_match_gradients(weights: Params, matches: int, seed: int, env_id: str, max_episode_steps: int | None):
+    """Yield (gradient as Params, match steps) for matches 0..matches-1 of batch 0,
+    played in this process with the training's own seeds and code."""
+    from threadpoolctl import threadpool_limits
+
+    from pgpong.rollout import EpisodeId
+    from pgpong.workers import RolloutWorker, WorkerSettings
+
+    worker = RolloutWorker(WorkerSettings(env_id, max_episode_steps, 0.99), pin_threads=False)
+    with threadpool_limits(1):
+        for k in range(matches):
+            result = worker.play(weights, EpisodeId(seed, 0, k))
+            yield result.grad.dense(weights.W1.shape[1]), result.steps
+
+
+def noise_scale(grads: Iterable[Params]) -> dict[str, Any]:
+    """B_simple from per-match gradients, and the parts it is made of."""
+    total: np.ndarray | None = None
+    squares, n = 0.0, 0
+    for g in grads:
+        flat = np.concatenate([g.W1.ravel(), g.W2.ravel()]).astype(np.float64)
+        total = flat if total is None else total + flat
+        squares += float(flat @ flat)
+        n += 1
+    if total is None or n < 2:
+        raise ValueError("the noise scale needs at least two matches")
+    mean = total / n
+    trace = (squares - n * float(mean @ mean)) / (n - 1)  # sum |g_i - mean|^2 / (n - 1)
+    signal = float(mean @ mean) - trace / n
+    return {
+        "matches": n,
+        "trace_sigma": trace,
+        "g_squared": signal,
+        "b_simple_matches": trace / signal if signal > 0 else None,
+    }
+
+
+def measure(path: Path | None, matches: int, seed: int, max_episode_steps: int | None) -> dict:
+    from pgpong.evaluate import Policy, load_policy
+
+    if str(path) == "initial":  # a new network, as training starts (hidden 200, seed 0)
+        policy = Policy(Params.initial(200, 0), "initial weights (H=200, seed 0)")
+    else:
+        policy = load_policy(path)
+    steps: list[int] = []
+
+    def grads():
+        env_id = policy.env_id or "ALE/Pong-v5"
+        for grad, length in per_match_gradients(policy.weights, matches, seed, env_id, max_episode_steps):
+            steps.append(length)
+            yield grad
+
+    found = noise_scale(grads())
+    mean_steps = float(np.mean(steps))
+    b = found["b_simple_matches"]
+    return {
+        "policy": policy.source,
+        **found,
+        "mean_match_steps": mean_steps,
+        "b_simple_steps": None if b is None else b * mean_steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pgpong.noise", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "checkpoints",
+        nargs="*",
+        type=Path,
+        help="checkpoints, run directories, or 'initial' for new weights (default: the shipped agent)",
+    )
+    parser.add_argument("--matches", type=int, default=40, help="matches per policy (default: 40)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the matches (default: 0)")
+    parser.add_argument("--max-episode-steps", type=int, default=None, help="cut matches short")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    if args.matches < 2:
+        parser.error("--matches must be at least 2")
+    rows = [measure(p, args.matches, args.seed, args.max_episode_steps) for p in (args.checkpoints or [None])]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print("| policy | matches | mean match steps | B_simple (matches) | B_simple (env steps) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        b = "noise dominates (> ~n)" if r["b_simple_matches"] is None else f"{r['b_simple_matches']:.0f}"
+        s = "-" if r["b_simple_steps"] is None else f"{r['b_simple_steps']:,.0f}"
+        print(f"| {r['policy']} | {r['matches']} | {r['mean_match_steps']:,.0f} | {b} | {s} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
