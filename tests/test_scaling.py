@@ -38,3 +38,24 @@ def test_prediction_is_bounded_by_the_schedule_and_driver_grows_with_chunks():
         assert p["lower_bound_s"] <= p["best_whole_matches_s"] <= p["pgpong_schedule_s"] < p["seconds_per_update"]
         assert 0 < p["efficiency"] < 1
     assert big["driver_cpu_ms"] > small["driver_cpu_ms"] and big["bytes_into_driver"] > small["bytes_into_driver"]
+
+
+def test_projection_adds_the_models_seconds_per_update_until_the_threshold():
+    from pgpong.scaling import project
+
+    rows = [
+        {"batch_episodes": 10, "episode_len_mean": 1000.0, "running_reward": r, "episodes": 10.0 * (k + 1)}
+        | {"env_steps": 10_000.0 * (k + 1)}
+        for k, r in enumerate([-20.0, -12.0, -3.0, 0.5, 2.0])
+    ]
+    first = project(rows[:1], 1, 64, threshold=-25.0)  # one early update
+    assert first is not None
+    # the bank's lengths scaled to the batch's mean (1,000 here; the bank's is about 980)
+    assert first["minutes"] * 60 == pytest.approx(predict(10, 1, 64, PHASES["early"])["seconds_per_update"], rel=0.05)
+    found = project(rows, 1, 64, threshold=0.0)
+    assert found is not None and found["matches"] == 40 and found["env_steps"] == 40_000
+    # two updates in the early phase, two in the late one (same mean length, other constants)
+    late = project(rows[2:4], 1, 64, threshold=0.0)
+    assert late is not None
+    assert found["minutes"] == pytest.approx(2 * first["minutes"] + late["minutes"], rel=1e-9)
+    assert project(rows, 1, 64, threshold=10.0) is None

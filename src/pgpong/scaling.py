@@ -172,12 +172,86 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
 
 
 SCENARIOS = [(1, 1, 64), (10, 1, 64), (60, 1, 64), (300, 11, 18), (3000, 110, 18)]
+CORES = {2: (1, 2), 10: (1, 10), 64: (1, 64), 198: (11, 18)}  # cores -> nodes x CPUs of the projection
+
+
+def learning_curve(path: str) -> list[dict[str, float]]:
+    """A run's progress.csv rows as numbers (batch_episodes, episode_len_mean, running_reward, ...)."""
+    import csv
+
+    with open(path, newline="") as f:
+        rows = []
+        for row in csv.DictReader(f):
+            try:
+                rows.append({k: float(v) for k, v in row.items() if k})
+            except (TypeError, ValueError):
+                break
+    return rows
+
+
+def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0) -> dict | None:
+    """Minutes to reach `threshold` running reward if the run's updates (its own batch
+    sizes and mean match lengths, batch by batch) took the model's seconds per update
+    on nodes x cpus; None if the run never reached it. Match lengths within a batch
+    spread as the phase's bank does around the batch's mean."""
+    seconds, cache = 0.0, {}
+    for row in rows:
+        batch, mean_len = int(row["batch_episodes"]), row["episode_len_mean"]
+        phase = "early" if row["running_reward"] < -5 else "late"
+        key = (batch, round(mean_len, -2), phase)
+        if key not in cache:
+            c = PHASES[phase]
+            bank = np.asarray(c.lengths, dtype=float)
+            lengths = tuple(int(x) for x in np.maximum(1, bank / bank.mean() * key[1]))
+            cache[key] = predict(batch, nodes, cpus, Constants(**{**c.__dict__, "lengths": lengths}), samples=30)[
+                "seconds_per_update"
+            ]
+        seconds += cache[key]
+        if row["running_reward"] >= threshold:
+            return {"minutes": seconds / 60, "matches": row["episodes"], "env_steps": row["env_steps"]}
+    return None
+
+
+def learning_table(paths: list[str], threshold: float = 0.0) -> str:
+    """Minutes to `threshold` per run: measured on this machine (the run's own wall
+    time, with its own workers) and projected for 2, 10, 64 and 198 cores."""
+    head = "| run | batch | matches | env steps | measured (workers) | " + " | ".join(
+        f"{cores} cores ({n}x{c}, projected)" for cores, (n, c) in CORES.items()
+    )
+    lines = [head + " |", "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(CORES)]
+    for path in paths:
+        rows = learning_curve(path)
+        reached = next((r for r in rows if r["running_reward"] >= threshold), None)
+        name = path.rsplit("/", 1)[-1].removesuffix(".csv").removesuffix(".progress")
+        if reached is None or not rows:
+            lines.append(f"| {name} | | not reached | | |" + " |" * len(CORES))
+            continue
+        workers = int(rows[0].get("workers", 0))
+        cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
+        for nodes, cpus in CORES.values():
+            found = project(rows, nodes, cpus, threshold)
+            cells.append(f"{found['minutes']:.1f}" if found else "-")
+        lines.append(
+            f"| {name} | {int(rows[0]['batch_episodes'])} | {reached['episodes']:,.0f} | "
+            f"{reached['env_steps'] / 1e6:.1f}M | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m pgpong.scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument("--phase", choices=sorted(PHASES), default="early", help="early or late in training")
+    parser.add_argument(
+        "--learning",
+        nargs="+",
+        metavar="PROGRESS_CSV",
+        help="instead: minutes to running reward --threshold of these runs, measured and projected by cores",
+    )
+    parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
     args = parser.parse_args()
+    if args.learning:
+        print(learning_table(args.learning, args.threshold), end="")
+        return
     c = PHASES[args.phase]
     print(
         "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
