@@ -4,6 +4,7 @@ run needs before its first batch (config.json and its history, trimmed progress)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -182,7 +183,7 @@ class RunLock:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self._made = not directory.exists()
+        self._made = [d for d in (directory, *directory.parents) if not d.exists()]  # deepest first
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -204,7 +205,9 @@ class RunLock:
             return
         if self._made and [p.name for p in self.directory.iterdir()] == [LOCK_NAME]:
             (self.directory / LOCK_NAME).unlink(missing_ok=True)
-            self.directory.rmdir()
+            for made in self._made:  # and the parents it had to make, while empty
+                with contextlib.suppress(OSError):
+                    made.rmdir()
         os.close(self._fd)  # lets the lock go
         self._fd = -1
 

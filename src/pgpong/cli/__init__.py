@@ -1,0 +1,67 @@
+"""`pgpong train | play | plot | weights | bench | study`: the command line. This module
+builds the parser and runs a command; each command lives in a module of its own
+(train.py, play.py, pictures.py, bench.py, study.py), and what they share in common.py."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+
+from pgpong import __version__
+from pgpong.cli import bench, pictures, play, study, train
+from pgpong.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    Parser,
+    bad_input,
+    fail,
+    raise_terminated,
+    terminated,
+)
+
+COMMANDS = {
+    "train": train.run,
+    "play": play.run,
+    "plot": pictures.plot,
+    "weights": pictures.weights,
+    "bench": bench.run,
+    "study": study.run,
+}
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="pgpong", description="Policy-gradient Pong from pixels, on Ray.")
+    parser.add_argument("--version", action="version", version=f"pgpong {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    train.add_parser(sub)
+    play.add_parser(sub)
+    pictures.add_parsers(sub)
+    bench.add_parser(sub)
+    study.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Only light modules are imported above, so that Ctrl-C at any moment after
+    # start-up ends here, not in a traceback.
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("\npgpong: interrupted", file=sys.stderr, flush=True)
+        return EXIT_SIGTERM if terminated() else EXIT_SIGINT
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except bad_input() as exc:
+        return fail(str(exc), EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

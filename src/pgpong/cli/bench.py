@@ -1,0 +1,51 @@
+"""`pgpong bench`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from pgpong.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT, fail
+from pgpong.config import BenchOptions, add_flags, given
+
+
+def add_parser(sub) -> None:
+    """The bench command and its flags."""
+    bench = sub.add_parser(
+        "bench",
+        help="measure training speed against the emulator's own limit",
+        description="Measure, in one run: the emulator's limit (raw ALE, random play), Gymnasium's "
+        "ceiling (its environment, random play), training throughput and its share of both, the "
+        "original dense algorithm's speed, where the time goes, seconds per update for several "
+        "batch sizes, and memory. Prints Markdown tables (or --json). With --simulate NODESxCPUS it measures "
+        "seconds per update for a big machine or cluster of that shape instead, simulated on this one "
+        "(docs/SCALING.md).",
+    )
+    _add_bench_arguments(bench)
+
+
+def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    add_flags(p, BenchOptions)
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pgpong.bench import print_report, run_bench
+    from pgpong.cluster import ClusterError
+    from pgpong.envs import check_env_id
+    from pgpong.workers import PoolError
+
+    opts = BenchOptions(**{"address": os.environ.get("RAY_ADDRESS") or None, **given(args, BenchOptions)}).validate()
+    check_env_id(opts.env_id)
+    try:
+        report = run_bench(opts)
+    except ClusterError as exc:
+        return fail(str(exc), EXIT_BAD_INPUT)
+    except PoolError as exc:
+        return fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        print("\npgpong: bench interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+    print_report(report, args.json)
+    return 0

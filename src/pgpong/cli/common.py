@@ -1,0 +1,82 @@
+"""What every command shares: exit statuses, one-line errors, SIGTERM as Ctrl-C, and
+how to name this pgpong in a hint."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from pgpong.config import ConfigError
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop like Ctrl-C, with exit status 143.
+
+    Ray may re-raise it as a plain KeyboardInterrupt, so the handler also notes it."""
+
+
+_terminated = False
+
+
+def terminated() -> bool:
+    """Whether SIGTERM has arrived."""
+    return _terminated
+
+
+def raise_terminated(signum, frame) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated()
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def bad_input() -> tuple[type[Exception], ...]:
+    """The exceptions that mean the user's input cannot be used (exit status 2)."""
+    from pgpong.checkpoint import CheckpointError
+    from pgpong.envs import UnknownEnvironment
+    from pgpong.plot import PlotError
+    from pgpong.record import RecordingError
+
+    return ConfigError, CheckpointError, UnknownEnvironment, RecordingError, PlotError
+
+
+def fail(message: str, status: int) -> int:
+    print(f"pgpong: error: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+def note(text: str) -> None:
+    print(f"pgpong: note: {text}", file=sys.stderr, flush=True)
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"{pgpong_command()} train --run-dir {shlex.quote(str(run_dir))}"
+
+
+def pgpong_command() -> str:
+    """How to run this pgpong again from here: plain `pgpong` when that is the one on
+    PATH, else its path (after `make train` it lives in .venv/bin only)."""
+    import shutil
+
+    exe = Path(sys.argv[0])
+    if exe.name != "pgpong":
+        return f"{shlex.quote(sys.executable)} -m pgpong"
+    found = shutil.which("pgpong")
+    if found and Path(found).resolve() == exe.resolve():
+        return "pgpong"
+    try:
+        return shlex.quote(str(exe.absolute().relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(exe.absolute()))

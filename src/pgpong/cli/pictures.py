@@ -1,0 +1,102 @@
+"""`pgpong plot` and `pgpong weights`: the pictures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pgpong.config import ConfigError, check
+
+
+def add_parsers(sub) -> None:
+    """The plot and weights commands and their flags."""
+    plot = sub.add_parser(
+        "plot",
+        help="draw learning curves of one or more runs, or of a study by setting (PNG)",
+        description="Draw the running reward and each batch's mean score (with its min-max band) "
+        "of one or more runs, and their env steps per second, from their progress.csv.",
+    )
+    plot.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (several are overlaid)"
+    )
+    plot.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the PNG to write (default: RUN_DIR/learning.png for one run; required for several)",
+    )
+    plot.add_argument(
+        "--x",
+        choices=("episodes", "steps", "hours"),
+        default="episodes",
+        help="horizontal axis: episodes, env steps or training hours (default: episodes)",
+    )
+    plot.add_argument(
+        "--by",
+        choices=("run", "setting"),
+        default="run",
+        help="run: a curve per run directory; setting: a study directory, each setting's median over its "
+        "seeds with a min-max band (default: run; draws STUDY/curves.png)",
+    )
+    weights = sub.add_parser(
+        "weights",
+        help="draw what each hidden unit of W1 looks at (PNG)",
+        description="Draw every hidden unit's row of W1 as an 80x80 image, in a grid, with one "
+        "diverging colour map centred on 0 (the picture from 'Pong from Pixels').",
+    )
+    weights.add_argument(
+        "checkpoint",
+        nargs="?",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="a checkpoint file, a run directory or a .npz with W1 and W2 (default: the shipped agent)",
+    )
+    weights.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the PNG to write (default: RUN_DIR/weights.png for a run directory, else weights.png)",
+    )
+    weights.add_argument(
+        "--units", type=int, default=None, metavar="N", help="draw only the first N hidden units (default: all)"
+    )
+
+
+def plot(args: argparse.Namespace) -> int:
+    from pgpong.plot import plot_runs, plot_study
+    from pgpong.record import check_output
+
+    if args.by == "setting":
+        check(len(args.run_dirs) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
+        output = args.output or args.run_dirs[0] / "curves.png"
+        check_output(output, (".png",))
+        print(f"pgpong: wrote {plot_study(args.run_dirs[0], output, args.x)}")
+        return 0
+    if args.output is None and len(args.run_dirs) > 1:
+        raise ConfigError("--output FILE is needed to plot several runs")
+    output = args.output or args.run_dirs[0] / "learning.png"
+    check_output(output, (".png",))
+    print(f"pgpong: wrote {plot_runs(args.run_dirs, output, args.x)}")
+    return 0
+
+
+def weights(args: argparse.Namespace) -> int:
+    from pgpong.evaluate import load_policy
+    from pgpong.plot import plot_weights
+    from pgpong.record import check_output
+
+    if args.output is not None:
+        output = args.output
+    elif args.checkpoint is not None and args.checkpoint.is_dir():
+        output = args.checkpoint / "weights.png"
+    else:
+        output = Path("weights.png")
+    check(args.units is None or args.units >= 1, f"--units must be at least 1, got {args.units}")
+    check_output(output, (".png",))
+    policy = load_policy(args.checkpoint)
+    title = Path(policy.source).name if args.checkpoint else "the shipped agent"
+    print(f"pgpong: wrote {plot_weights(policy.weights, output, title, args.units)}")
+    return 0
