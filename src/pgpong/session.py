@@ -1,7 +1,7 @@
 """A training session: from the settings the user gave to a trained run directory.
 
 It plans the run (new or resumed; every check made before anything is written),
-opens the pool, writes the run's files, wires the outputs and trains. cli.py calls
+opens the pool, writes the run's files, wires the outputs and trains. cli/train.py calls
 it and turns what it raises into messages and exit codes."""
 
 from __future__ import annotations
