@@ -192,7 +192,7 @@ class SeededAtari(gym.Env):
             reward += act(held)
         self._held, self._at_start = held, False
         self._steps += 1
-        terminated = self.ale.game_over(False)  # False: ALE's frame cap is truncation, below
+        terminated = self.ale.game_over(with_truncation=False)  # False: ALE's frame cap is truncation, below
         truncated = self.ale.game_truncated() or self._steps == self.max_episode_steps
         if terminated and self.endless:  # the next observation is a start's: empty
             self._restart()
