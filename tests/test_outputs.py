@@ -62,7 +62,11 @@ def test_off_a_terminal_train_prints_exactly_the_plain_lines(tmp_path):
     proc = run_pgpong("train", *COMMON, "--iterations", "3", "--run-dir", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert re.fullmatch(r"pgpong: new run in .*: ALE/Pong-v5, batch 2, on this process \(no Ray\)", lines[0])
+    assert re.fullmatch(
+        r"pgpong: new run in .*: ALE/Pong-v5, batch 2, lr 0\.0013: the default for batch 2 "
+        r"\(0\.003 x sqrt\(2/10\); --lr sets another\), on this process \(no Ray\)",
+        lines[0],
+    )
     batch_line = (
         r"batch +\d+ \| 2 episodes in +[\d.]+ s \| running reward +-?[\d.]+ \| score +-?[\d.]+ \| +[\d,]+ steps/s"
     )
