@@ -17,6 +17,7 @@ from pgpong.cli.common import (
     EXIT_SIGTERM,
     fail,
     pgpong_command,
+    raise_terminated,
     terminated,
 )
 from pgpong.config import ConfigError, check
@@ -122,6 +123,7 @@ def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int
 
     def connect() -> None:
         start_ray(address, log_to_driver=False)  # before Tune is imported: Ray reads its settings then
+        signal.signal(signal.SIGTERM, raise_terminated)  # ray.init installs its own
         try:
             import ray.tune  # noqa: F401
         except ImportError as exc:
