@@ -100,7 +100,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "env_id": env_id,
         "hidden": 8,
         "batch_size": 1,
-        "learning_rate": 9.5e-4,  # batch 1: 3e-3 x sqrt(1/10), the default
+        "learning_rate": 3e-3,
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,
@@ -308,18 +308,17 @@ def test_more_workers_than_cpus_runs_what_fits_and_records_it(tmp_path):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["workers"] == cpus
 
 
-def test_the_learning_rate_follows_the_batch_unless_given(tmp_path):
+def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
-    proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "rule"))
+    proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "default"))
     assert proc.returncode == 0, proc.stderr
-    assert "batch 60, lr 0.0073: the default for batch 60 (0.003 x sqrt(60/10); --lr sets another)" in proc.stdout
-    assert json.loads((tmp_path / "rule" / "config.json").read_text())["config"]["learning_rate"] == 7.3e-3
-    info = load_checkpoint(list_checkpoints(tmp_path / "rule" / "checkpoints")[-1]).info
-    assert info["learning_rate"] == 7.3e-3  # the checkpoint says which too
+    assert "batch 60, lr 0.003, on" in proc.stdout  # the default whatever the batch (README: "Learning")
+    assert json.loads((tmp_path / "default" / "config.json").read_text())["config"]["learning_rate"] == 3e-3
+    info = load_checkpoint(list_checkpoints(tmp_path / "default" / "checkpoints")[-1]).info
+    assert info["learning_rate"] == 3e-3
     proc = run_pgpong(*common, "--batch-size", "60", "--lr", "1e-3", "--run-dir", str(tmp_path / "given"))
     assert proc.returncode == 0, proc.stderr
     assert "batch 60, lr 0.001, on" in proc.stdout
     assert json.loads((tmp_path / "given" / "config.json").read_text())["config"]["learning_rate"] == 1e-3
-    # Resumed without --lr, a run keeps its own rate, even if the rule changed since.
-    proc = run_pgpong("train", "--run-dir", str(tmp_path / "given"), "--iterations", "2")
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "given"), "--iterations", "2")  # resumed: its own rate
     assert proc.returncode == 0 and "lr 0.001" in proc.stdout, proc.stderr

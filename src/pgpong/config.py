@@ -47,41 +47,16 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
-BASE_BATCH, BASE_LEARNING_RATE = 10, 3e-3  # measured: batch 10 reaches running reward 0 in 5.5M-6.4M steps
-
-
-def default_learning_rate(batch_size: object) -> float | None:
-    """The learning rate a run gets when --lr is not given: 3e-3 at batch 10, scaled
-    by the square root of the batch's ratio to 10 (the gradient is a sum over the
-    batch's episodes, standardised per episode, so its noise shrinks as 1/sqrt(batch)).
-    The README's learning table measures it."""
-    if not _is_int(batch_size) or batch_size < 1:  # type: ignore[operator]
-        return None  # validate() says what is wrong with the batch size
-    return float(f"{BASE_LEARNING_RATE * math.sqrt(batch_size / BASE_BATCH):.2g}")  # type: ignore[operator]
-
-
-def learning_rate_note(config: TrainConfig, given: dict[str, Any]) -> str | None:
-    """What the first line says when the learning rate was not given."""
-    if "learning_rate" in given:
-        return None
-    return (
-        f"lr {config.learning_rate:g}: the default for batch {config.batch_size} "
-        f"({BASE_LEARNING_RATE:g} x sqrt({config.batch_size}/{BASE_BATCH}); --lr sets another)"
-    )
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     env_id: str = _setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment", metavar="ID")
     hidden: int = _setting(200, "hidden units H of the policy network")
     batch_size: int = _setting(10, "episodes per weight update")
     learning_rate: float = _setting(
-        None,
-        "RMSProp learning rate (3e-3 at batch 10, 7.3e-3 at 60); 1e-4 is the 2016 setting "
-        "(about 10 times slower to learn, see README)",
+        3e-3,
+        "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
         metavar="RATE",
         aliases=("--lr",),
-        shown="3e-3 x sqrt(batch size / 10)",
     )
     gamma: float = _setting(0.99, "discount factor for rewards", metavar="GAMMA")
     decay_rate: float = _setting(0.99, "RMSProp decay of the squared-gradient cache", metavar="RATE")
@@ -98,10 +73,6 @@ class TrainConfig:
     )
     keep_checkpoints: int = _setting(3, "how many of the newest checkpoints to keep", learning=False)
 
-    def __post_init__(self) -> None:
-        if self.learning_rate is None:  # not given: the batch-aware default
-            object.__setattr__(self, "learning_rate", default_learning_rate(self.batch_size))
-
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
@@ -112,7 +83,7 @@ class TrainConfig:
         )
         check(
             _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
-            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3 at batch 10), "
+            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), "
             f"got {self.learning_rate}",
         )
         check(

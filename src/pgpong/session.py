@@ -16,7 +16,7 @@ from typing import TextIO
 
 from pgpong.checkpoint import list_checkpoints
 from pgpong.cluster import stop_ray
-from pgpong.config import TrainConfig, learning_rate_note
+from pgpong.config import TrainConfig
 from pgpong.envs import check_env_id
 from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import LiveProgress, RunLog, TensorBoard
@@ -32,7 +32,6 @@ class TrainingSession:
         self.address = address
         self.note = note
         self.lock = lock
-        self.lr_note: str | None = None  # a new run's default learning rate, said on its first line
 
     @classmethod
     def plan(
@@ -60,9 +59,7 @@ class TrainingSession:
         except BaseException:
             lock.release()
             raise
-        session = cls(run, address, note, lock)
-        session.lr_note = None if run.resumed else learning_rate_note(run.config, given)
-        return session
+        return cls(run, address, note, lock)
 
     @property
     def directory(self) -> Path:
@@ -87,10 +84,9 @@ class TrainingSession:
             )
             for message in run.skipped:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
-            lr = self.lr_note or f"lr {config.learning_rate:g}"
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
-                f"{lr}, on {where(pool)}"
+                f"lr {config.learning_rate:g}, on {where(pool)}"
             )
             Trainer(run, pool, log).train()
             log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")

@@ -35,7 +35,7 @@ def _check_finite(params: Params, what: str, batch: int, cfg: TrainConfig) -> No
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({cfg.learning_rate:g}, pgpong's default is 3e-3 at batch 10): nothing of this batch was written"
+            f"({cfg.learning_rate:g}, pgpong's default is 3e-3): nothing of this batch was written"
         )
 
 
