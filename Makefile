@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train play test test-matrix lint soak bench clean
+.PHONY: train play test test-long test-matrix lint soak bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -22,8 +22,12 @@ train: $(VENV)/.installed
 play: $(VENV)/.installed
 	$(BIN)/pgpong play $(ARGS)
 
+# Every test but the longest end-to-end ones (marked long; make test-long runs them, CI runs both).
 test: $(VENV)/.installed
-	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest $(ARGS)
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -m "not long" $(ARGS)
+
+test-long: $(VENV)/.installed
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -m long $(ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests

@@ -207,6 +207,7 @@ AS_IN_A_TERMINAL = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_checkpoint_and_prints_resume(tmp_path, signum, status):
@@ -283,6 +284,7 @@ def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address(tmp_
     assert "already has its 1 batches" in proc.stdout and "--iterations 2" in proc.stdout
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_more_workers_than_cpus_runs_what_fits_and_records_it(tmp_path):
     import json

@@ -48,6 +48,7 @@ def test_play_scores_equal_the_episodes_played_directly(weights_file):
     assert stderr.count("match ") >= 3  # one line per match, on stderr with --json
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_play_repeats_for_a_seed_whatever_the_workers(weights_file):
     path, _ = weights_file

@@ -80,6 +80,7 @@ def test_workers_that_cannot_be_placed_end_at_the_start_limit(ray_instance):
         taken.close()
 
 
+@pytest.mark.long
 def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):
     proc = run_pgpong(
         "train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env={TEST_FAULT: "start"}, timeout=120
@@ -113,6 +114,7 @@ def test_console_line_says_a_worker_was_replaced():
     assert "replaced" not in BatchRow(**{**row.__dict__, "workers_replaced": 0}).console_line()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
     run_dir = tmp_path / "run"
@@ -157,6 +159,7 @@ def cli_settings(run_dir, iterations=4):
     ]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("rows_before_kill, extra_delay, workers", [(1, 0.0, "0"), (2, 0.35, "2")])
 def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(

@@ -24,7 +24,7 @@ from pgpong.runlog import read_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def readme_block(name: str) -> list[str]:
