@@ -109,18 +109,7 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
             label=name if len(curves) > 1 else "running reward",
         )
         bottom.plot(xs, c["steps_per_s"], color=colour, linewidth=1, label=name)
-    top.axhline(0, color="black", linestyle="--", linewidth=1)
-    top.text(
-        0.005,
-        0.5,
-        " as good as the built-in player (0)",
-        transform=top.get_yaxis_transform(),
-        va="bottom",
-        ha="left",
-        fontsize=9,
-    )
-    top.set_ylim(-21.5, 21.5)
-    top.set_yticks(range(-20, 21, 5))
+    _score_axis(top, label_right=False)
     top.set_ylabel("score per match (points for - against)")
     top.grid(alpha=0.3)
     top.legend(loc="upper left", fontsize=9)
@@ -207,18 +196,7 @@ def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
         ax.plot(c["x"], fewer, color=colour, linewidth=1.2, linestyle=":")
         ends = np.array(c["ends"])
         ax.plot(ends[:, 0], ends[:, 1], linestyle="none", marker="o", markersize=4, color=colour)
-    ax.axhline(0, color="black", linestyle="--", linewidth=1)
-    ax.text(
-        0.995,
-        -0.3,
-        "as good as the built-in player (0) ",
-        transform=ax.get_yaxis_transform(),
-        ha="right",
-        va="top",
-        fontsize=9,
-    )
-    ax.set_ylim(-21.5, 21.5)
-    ax.set_yticks(range(-20, 21, 5))
+    _score_axis(ax, label_right=True)
     ax.set_xlim(left=0)
     ax.set_xlabel(label)
     ax.set_ylabel("running reward (points for - against)")
@@ -278,6 +256,17 @@ def plot_weights(weights: Params, output: Path, title: str, units: int | None = 
     bar = fig.colorbar(image, cax=bar_ax)
     bar.set_label("weight / the unit's 99th percentile |weight|", fontsize=11)
     return _save(fig, output, dpi=dpi)
+
+
+def _score_axis(ax, label_right: bool) -> None:
+    """A score axis from -21 to 21 with the built-in player's level (0) marked, its
+    label at the left above the line or at the right below it."""
+    ax.axhline(0, color="black", linestyle="--", linewidth=1)
+    text = "as good as the built-in player (0) " if label_right else " as good as the built-in player (0)"
+    x, y, ha, va = (0.995, -0.3, "right", "top") if label_right else (0.005, 0.5, "left", "bottom")
+    ax.text(x, y, text, transform=ax.get_yaxis_transform(), ha=ha, va=va, fontsize=9)
+    ax.set_ylim(-21.5, 21.5)
+    ax.set_yticks(range(-20, 21, 5))
 
 
 def _save(fig, output: Path, dpi: int = 100) -> Path:
