@@ -90,6 +90,15 @@ def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Pat
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except ValueError as exc:
+        # Some numpy releases close the archive after a failed write, and zipfile then
+        # raises ValueError over the OSError (a full disk) that caused it: report that.
+        cause = exc.__context__
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(directory)
