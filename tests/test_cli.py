@@ -314,13 +314,20 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
     proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "default"))
     assert proc.returncode == 0, proc.stderr
-    assert "batch 60, lr 0.003, on" in proc.stdout  # the default whatever the batch (README: "Learning")
-    assert json.loads((tmp_path / "default" / "config.json").read_text())["config"]["learning_rate"] == 3e-3
+    # No --lr: the batch rule's values for 60 (README "Learning"), said on the first line.
+    assert "batch 60, lr 0.0073 = 0.003 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)" in (
+        proc.stdout
+    )
+    config = json.loads((tmp_path / "default" / "config.json").read_text())["config"]
+    assert (config["learning_rate"], config["decay_rate"]) == (0.0073, 0.94)
     info = load_checkpoint(list_checkpoints(tmp_path / "default" / "checkpoints")[-1]).info
-    assert info["learning_rate"] == 3e-3
+    assert (info["learning_rate"], info["decay_rate"]) == (0.0073, 0.94)
     proc = run_pgpong(*common, "--batch-size", "60", "--lr", "1e-3", "--run-dir", str(tmp_path / "given"))
     assert proc.returncode == 0, proc.stderr
-    assert "batch 60, lr 0.001, on" in proc.stdout
-    assert json.loads((tmp_path / "given" / "config.json").read_text())["config"]["learning_rate"] == 1e-3
+    assert "batch 60, lr 0.001, RMSProp decay 0.94 (given; the batch rule would use --lr 0.0073" in proc.stdout
+    config = json.loads((tmp_path / "given" / "config.json").read_text())["config"]
+    assert (config["learning_rate"], config["decay_rate"]) == (1e-3, 0.94)  # --lr wins; the decay still follows
     proc = run_pgpong("train", "--run-dir", str(tmp_path / "given"), "--iterations", "2")  # resumed: its own rate
     assert proc.returncode == 0 and "lr 0.001" in proc.stdout, proc.stderr
+    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "ten"))  # batch 10: 3e-3 and 0.99, as always
+    assert proc.returncode == 0 and "batch 10, lr 0.003, RMSProp decay 0.99 (the batch rule" in proc.stdout

@@ -17,6 +17,41 @@ MAX_LEARNING_RATE = 1.0
 MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
 
 
+# The batch rule: what --lr and --decay-rate default to, by batch size. At batch 10 (and
+# below) 3e-3 and 0.99, the settings measured on seeds 0-2 (README "Learning"). A batch
+# k times bigger than 10 takes the learning rate times sqrt(k) and (1 - decay) times k:
+# the square-root rule for adaptive optimisers of Malladi et al. 2022 ("On the SDEs and
+# scaling rules for adaptive gradient algorithms"). Scaling (1 - decay) matters as much
+# as the rate: RMSProp's cache starts at zero, so its first step is about
+# lr / sqrt(1 - decay), the same 0.03 at batch 10 and 60 under the rule, where 7.3e-3
+# with decay 0.99 moves each weight by 0.073 and collapses the policy (measured,
+# docs/study/lr7.3e-3-b60-s0.progress.csv).
+RULE_BATCH = 10
+RULE_LEARNING_RATE = 3e-3
+RULE_DECAY_RATE = 0.99
+RULE_MIN_DECAY_RATE = 0.5  # (1 - decay) x k reaches 1 at batch 1,000: the cache keeps half its past
+
+
+def batch_rule(batch_size: int) -> tuple[float, float]:
+    """The learning rate and RMSProp decay the batch rule gives a batch size."""
+    k = max(batch_size, RULE_BATCH) / RULE_BATCH
+    decay = max(RULE_MIN_DECAY_RATE, 1 - (1 - RULE_DECAY_RATE) * k)
+    return float(f"{RULE_LEARNING_RATE * math.sqrt(k):.2g}"), round(decay, 12)  # the rate to 2 digits, as printed
+
+
+def describe_batch_rule(batch_size: int) -> str:
+    """'lr 0.00735 = 3e-3 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)'."""
+    lr, decay = batch_rule(batch_size)
+    if batch_size <= RULE_BATCH:
+        return f"lr {lr:g}, RMSProp decay {decay:g} (the batch rule at {RULE_BATCH} and below)"
+    k = f"{batch_size}/{RULE_BATCH}"
+    floor = " (its floor)" if decay == RULE_MIN_DECAY_RATE else ""
+    return (
+        f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g}{floor} = "
+        f"1 - {1 - RULE_DECAY_RATE:g} x {k} (the batch rule)"
+    )
+
+
 class ConfigError(ValueError):
     """A setting has a value pgpong cannot use; the message says which and why."""
 
@@ -53,13 +88,19 @@ class TrainConfig:
     hidden: int = _setting(200, "hidden units H of the policy network")
     batch_size: int = _setting(10, "episodes per weight update")
     learning_rate: float = _setting(
-        3e-3,
+        None,
         "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
         metavar="RATE",
         aliases=("--lr",),
+        shown="the batch rule: 3e-3 at batch 10, x sqrt(batch/10) above",
     )
     gamma: float = _setting(0.99, "discount factor for rewards", metavar="GAMMA")
-    decay_rate: float = _setting(0.99, "RMSProp decay of the squared-gradient cache", metavar="RATE")
+    decay_rate: float = _setting(
+        None,
+        "RMSProp decay of the squared-gradient cache",
+        metavar="RATE",
+        shown="the batch rule: 0.99 at batch 10, 1 - 0.01 x batch/10 above",
+    )
     seed: int = _setting(0, "seed of the run: episode k of batch i uses SeedSequence([seed, i, k])")
     max_episode_steps: int | None = _setting(None, "cut episodes after this many agent steps", shown="full matches")
     iterations: int | None = _setting(
@@ -73,6 +114,19 @@ class TrainConfig:
     )
     keep_checkpoints: int = _setting(3, "how many of the newest checkpoints to keep", learning=False)
 
+    def __post_init__(self) -> None:
+        # What is not given follows the batch rule (a bad batch size is validate()'s to report).
+        if self.learning_rate is None or self.decay_rate is None:
+            lr, decay = batch_rule(self.batch_size) if _is_int(self.batch_size) and self.batch_size >= 1 else (0, 0)
+            if self.learning_rate is None:
+                object.__setattr__(self, "learning_rate", lr)
+            if self.decay_rate is None:
+                object.__setattr__(self, "decay_rate", decay)
+
+    def follows_batch_rule(self) -> bool:
+        """Whether the learning rate and decay are the ones the batch rule gives."""
+        return (self.learning_rate, self.decay_rate) == batch_rule(self.batch_size)
+
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
@@ -83,7 +137,7 @@ class TrainConfig:
         )
         check(
             _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
-            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3), "
+            f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] (pgpong's default is 3e-3 at batch 10), "
             f"got {self.learning_rate}",
         )
         check(

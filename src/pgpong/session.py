@@ -16,7 +16,7 @@ from typing import TextIO
 
 from pgpong.checkpoint import list_checkpoints
 from pgpong.cluster import stop_ray
-from pgpong.config import TrainConfig
+from pgpong.config import TrainConfig, batch_rule, describe_batch_rule
 from pgpong.envs import check_env_id
 from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import LiveProgress, RunLog, TensorBoard
@@ -86,7 +86,7 @@ class TrainingSession:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
-                f"lr {config.learning_rate:g}, on {where(pool)}"
+                f"{optimiser_settings(config)}, on {where(pool)}"
             )
             Trainer(run, pool, log).train()
             log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")
@@ -114,6 +114,17 @@ def start_line(run: Run) -> str:
     if run.skipped:
         return f"{skipped}no usable checkpoint left, starting again from the initial weights"
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
+
+
+def optimiser_settings(config: TrainConfig) -> str:
+    """'lr 0.003, RMSProp decay 0.99 (the batch rule ...)', or the values given instead."""
+    if config.follows_batch_rule():
+        return describe_batch_rule(config.batch_size)
+    lr, decay = batch_rule(config.batch_size)
+    return (
+        f"lr {config.learning_rate:g}, RMSProp decay {config.decay_rate:g} "
+        f"(given; the batch rule would use --lr {lr:g} --decay-rate {decay:g})"
+    )
 
 
 def where(pool: Pool) -> str:

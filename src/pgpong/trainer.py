@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from pgpong.checkpoint import TrainingState, save_checkpoint
-from pgpong.config import TrainConfig
+from pgpong.config import TrainConfig, batch_rule
 from pgpong.policy import Params, RMSProp
 from pgpong.rollout import EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
@@ -35,7 +35,8 @@ def _check_finite(params: Params, what: str, batch: int, cfg: TrainConfig) -> No
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({cfg.learning_rate:g}, pgpong's default is 3e-3): nothing of this batch was written"
+            f"({cfg.learning_rate:g}; the batch rule gives {batch_rule(cfg.batch_size)[0]:g} "
+            f"for batch {cfg.batch_size}): nothing of this batch was written"
         )
 
 
