@@ -176,7 +176,8 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
     'slow:K' (episode K of every batch takes 2 s longer), 'hang' (episodes never end),
     'stop:N:FILE' and 'die:N:FILE' (the first worker to play an episode of batch N
     writes its pid to FILE and stops itself with SIGSTOP, like a frozen process, or
-    kills itself with SIGKILL)."""
+    kills itself with SIGKILL), 'mark:N:FILE' (it only writes its pid: the test's
+    signal that batch N is being played)."""
     fault = os.environ.get(TEST_FAULT)
     if not fault:
         return
@@ -191,7 +192,7 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
         time.sleep(2.0)
     if kind == "hang":
         time.sleep(3600)
-    if kind in ("stop", "die"):
+    if kind in ("stop", "die", "mark"):
         batch, _, marker = arg.partition(":")
         if episode.batch == int(batch):
             try:
@@ -200,7 +201,8 @@ def _test_fault(stage: str, episode: EpisodeId | None = None) -> None:
                 return  # another worker froze already
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
-            os.kill(os.getpid(), signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
+            if kind != "mark":
+                os.kill(os.getpid(), signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
 
 
 class LocalPool:
