@@ -7,6 +7,7 @@ RMSProp cache, and a JSON header (counters, running reward, learning settings).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -83,22 +84,18 @@ def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Pat
     }
     path = checkpoint_path(directory, state.batch)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # The archive is built in memory (about 10 MB at 200 hidden units) and written in one
+    # go: a full disk is then a plain OSError from write(), never an error inside zipfile
+    # (which, with some numpy releases, raises ValueError over it and again when collected).
+    members: dict[str, Any] = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays}
+    archive = io.BytesIO()
+    np.savez(archive, **members)
     try:
         with open(tmp, "wb") as f:
-            members: dict[str, Any] = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays}
-            np.savez(f, **members)
+            f.write(archive.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except ValueError as exc:
-        # Some numpy releases close the archive after a failed write, and zipfile then
-        # raises ValueError over the OSError (a full disk) that caused it: report that.
-        cause = exc.__context__
-        while cause is not None and not isinstance(cause, OSError):
-            cause = cause.__context__
-        if cause is None:
-            raise
-        raise cause from None
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(directory)
