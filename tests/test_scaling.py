@@ -59,3 +59,44 @@ def test_projection_adds_the_models_seconds_per_update_until_the_threshold():
     assert late is not None
     assert found["minutes"] == pytest.approx(2 * first["minutes"] + late["minutes"], rel=1e-9)
     assert project(rows, 1, 64, threshold=10.0) is None
+
+
+def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_count(tmp_path):
+    from pgpong.scaling import CORES, learning_table, project
+
+    head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
+
+    def write(name, batch, rewards):
+        run = tmp_path / name
+        run.mkdir()
+        lines = [
+            f"{k + 1},{batch * (k + 1)},{1000 * batch * (k + 1)},{60.0 * (k + 1)},{r},1000,{batch},0"
+            for k, r in enumerate(rewards)
+        ]
+        (run / "progress.csv").write_text(head + "\n".join(lines) + "\n")
+        return run
+
+    slow = write("b10-a", 10, [-20, -10, -5, -1, 0.5])  # 5 updates of 10
+    fast = write("b10-b", 10, [-20, -5, 0.2])  # 3 updates of 10
+    big = write("b60-a", 60, [-20, 1.0])  # 2 updates of 60
+    never = write("b60-b", 60, [-20, -19])
+    text = learning_table([str(slow), str(fast), str(big), str(never)])
+    assert "| b60-b | 60 | not reached: -19.0 after 120 | 0.1M |" in text
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in text.splitlines()
+        if line.startswith("| 10 ") or line.startswith("| 60 ")
+    }
+    assert rows["10"].split("|")[2].strip() == "2/2" and rows["60"].split("|")[2].strip() == "1/2"
+
+    def minutes(run, cores):
+        from pgpong.scaling import learning_curve
+
+        found = project(learning_curve(str(run / "progress.csv")), *CORES[cores], 0.0)
+        assert found is not None
+        return found["minutes"]
+
+    a, b = minutes(slow, 64), minutes(fast, 64)
+    assert f"{(a + b) / 2:.1f} ({min(a, b):.1f}-{max(a, b):.1f})" in rows["10"]  # median (range) of the two
+    fastest = 60 if minutes(big, 64) < (a + b) / 2 else 10
+    assert f"64 cores: batch {fastest} (" in text

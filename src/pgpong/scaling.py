@@ -24,6 +24,7 @@ import argparse
 import heapq
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -212,29 +213,92 @@ def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: floa
     return None
 
 
+def progress_files(paths: list[str]) -> list[Path]:
+    """progress.csv files from what was given: the files, run directories, or a study's
+    directory (its trials, in the study's order)."""
+    found: list[Path] = []
+    for given in map(Path, paths):
+        if (given / "study.json").exists():
+            from pgpong.study.plan import load_study
+
+            study = load_study(given.parent, given.name)
+            assert study is not None
+            found += [t.directory / "progress.csv" for t in study.trials() if (t.directory / "progress.csv").exists()]
+        elif given.is_dir():
+            found.append(given / "progress.csv")
+        else:
+            found.append(given)
+    return found
+
+
+def _name(path: Path) -> str:
+    if path.name == "progress.csv":
+        return path.parent.name
+    return path.name.removesuffix(".csv").removesuffix(".progress")
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    median, low, high = float(np.median(values)), min(values), max(values)
+    return f"{median:.1f}" if len(values) == 1 else f"{median:.1f} ({low:.1f}-{high:.1f})"
+
+
 def learning_table(paths: list[str], threshold: float = 0.0) -> str:
     """Minutes to `threshold` per run: measured on this machine (the run's own wall
-    time, with its own workers) and projected for 2, 10, 64 and 198 cores."""
+    time, with its own workers) and projected for 2, 10, 64 and 198 cores; then per
+    batch size the median (min-max) over its runs, and the batch that is fastest on
+    each number of cores."""
     head = "| run | batch | matches | env steps | measured (workers) | " + " | ".join(
         f"{cores} cores ({n}x{c}, projected)" for cores, (n, c) in CORES.items()
     )
     lines = [head + " |", "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(CORES)]
-    for path in paths:
-        rows = learning_curve(path)
-        reached = next((r for r in rows if r["running_reward"] >= threshold), None)
-        name = path.rsplit("/", 1)[-1].removesuffix(".csv").removesuffix(".progress")
-        if reached is None or not rows:
-            lines.append(f"| {name} | | not reached | | |" + " |" * len(CORES))
+    by_batch: dict[int, dict[str, list]] = {}
+    for path in progress_files(paths):
+        rows = learning_curve(str(path))
+        if not rows:
             continue
+        batch = int(rows[0]["batch_episodes"])
+        runs = by_batch.setdefault(batch, {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
+        runs["runs"].append(_name(path))
+        reached = next((r for r in rows if r["running_reward"] >= threshold), None)
+        if reached is None:
+            last = rows[-1]
+            lines.append(
+                f"| {_name(path)} | {batch} | not reached: {last['running_reward']:+.1f} after "
+                f"{last['episodes']:,.0f} | {last['env_steps'] / 1e6:.1f}M | |" + " |" * len(CORES)
+            )
+            continue
+        runs["reached"].append(_name(path))
         workers = int(rows[0].get("workers", 0))
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
-        for nodes, cpus in CORES.values():
+        for cores, (nodes, cpus) in CORES.items():
             found = project(rows, nodes, cpus, threshold)
-            cells.append(f"{found['minutes']:.1f}" if found else "-")
+            assert found is not None
+            runs[str(cores)].append(found["minutes"])
+            cells.append(f"{found['minutes']:.1f}")
         lines.append(
-            f"| {name} | {int(rows[0]['batch_episodes'])} | {reached['episodes']:,.0f} | "
+            f"| {_name(path)} | {batch} | {reached['episodes']:,.0f} | "
             f"{reached['env_steps'] / 1e6:.1f}M | " + " | ".join(cells) + " |"
         )
+    lines += [
+        "",
+        f"Minutes to running reward {threshold:+g} by batch size: median (min-max) over the runs that reached it.",
+        "",
+        "| batch | runs reached | " + " | ".join(f"{cores} cores" for cores in CORES) + " |",
+        "| ---: | ---: |" + " ---: |" * len(CORES),
+    ]
+    for batch, runs in sorted(by_batch.items()):
+        cells = [_spread(runs[str(cores)]) for cores in CORES]
+        lines.append(f"| {batch} | {len(runs['reached'])}/{len(runs['runs'])} | " + " | ".join(cells) + " |")
+    best = []
+    for cores in CORES:
+        medians = {b: float(np.median(r[str(cores)])) for b, r in by_batch.items() if r[str(cores)]}
+        if medians:
+            batch = min(medians, key=lambda b: medians[b])
+            best.append(f"{cores} cores: batch {batch} ({medians[batch]:.1f} min)")
+    if best:
+        lines += ["", "Fastest median: " + "; ".join(best) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -244,8 +308,9 @@ def main() -> None:
     parser.add_argument(
         "--learning",
         nargs="+",
-        metavar="PROGRESS_CSV",
-        help="instead: minutes to running reward --threshold of these runs, measured and projected by cores",
+        metavar="RUN",
+        help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories "
+        "or a study's directory), measured and projected by cores",
     )
     parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
     args = parser.parse_args()
