@@ -119,6 +119,12 @@ def _cell(found: dict[str, Any], what: str) -> str:
     return median if low == high else f"{median} ({low}-{high})"
 
 
+def _seeds(row: dict[str, Any], seeds: list[int]) -> str:
+    """'3/5', or '2/3 (2 not run yet)' while some trials have no progress."""
+    reached, ran = len(row["seeds_reached"]), len(row["seeds_run"])
+    return f"{reached}/{ran}" + (f" ({len(seeds) - ran} not run yet)" if ran < len(seeds) else "")
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The table to paste into a README: median (range) over the seeds that reached
     each threshold; with IQM_FROM such seeds or more, the IQM of the env steps and
@@ -135,7 +141,7 @@ def markdown(summary: dict[str, Any]) -> str:
             cells = [
                 setting["setting"],
                 threshold,
-                f"{len(row['seeds_reached'])}/{len(setting['seeds'])}",
+                _seeds(row, setting["seeds"]),
                 _cell(row["matches"], "matches"),
                 _cell(row["env_steps"], "env_steps"),
                 _cell(row["minutes"], "minutes"),
