@@ -23,8 +23,29 @@ PYTHONS = ("3.11", "3.12", "3.13")
 SETS = ("newest", "lowest")
 
 
-def lowest_pins(extras: tuple[str, ...] = ("study", "test")) -> list[str]:
-    """name==lower-bound for every dependency of pgpong and the extras that have one."""
+def applies(spec: str, python: str) -> bool:
+    """Whether a requirement's marker holds on that Python: pyproject.toml uses
+    python_version comparisons only (a bound that differs by Python, where an older
+    release has no wheel for a newer Python)."""
+    _, _, marker = spec.split("#")[0].partition(";")
+    if not marker.strip():
+        return True
+    found = re.fullmatch(r"\s*python_version\s*(<|<=|>|>=|==)\s*['\"]([0-9.]+)['\"]\s*", marker)
+    if not found:
+        raise ValueError(f"tests/matrix.py reads python_version markers only, not {marker.strip()!r}")
+    mine, theirs = (tuple(int(x) for x in v.split(".")) for v in (python, found.group(2)))
+    return {
+        "<": mine < theirs,
+        "<=": mine <= theirs,
+        ">": mine > theirs,
+        ">=": mine >= theirs,
+        "==": mine == theirs,
+    }[found.group(1)]
+
+
+def lowest_pins(python: str, extras: tuple[str, ...] = ("study", "test")) -> list[str]:
+    """name==lower-bound for every dependency of pgpong and the extras that have one,
+    as they apply to that Python (X.Y)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     specs = list(project["dependencies"])
     for extra in extras:
@@ -32,7 +53,7 @@ def lowest_pins(extras: tuple[str, ...] = ("study", "test")) -> list[str]:
     pins = {}
     for spec in specs:
         found = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*([^;#]*)", spec.split("#")[0].strip())
-        if not found:
+        if not found or not applies(spec, python):
             continue
         low = re.search(r">=\s*([0-9][^,\s]*)", found.group(3))
         if low:
@@ -83,11 +104,12 @@ def try_one(python: str, deps: str, work: Path, pytest_args: list[str]) -> dict:
         if status == 0:
             status = run([*pip, "--upgrade", "pip"], log, 600)
         if status == 0 and deps == "lowest":
-            constraints = work / "lowest.txt"
-            constraints.write_text("\n".join(lowest_pins()) + "\n")
+            pins = lowest_pins(python)
+            constraints = work / f"lowest-{python}.txt"
+            constraints.write_text("\n".join(pins) + "\n")
             # Wheels only: a lower bound older than the Python has no wheel for it, and
             # building numpy or scipy from source is not what a user's install does.
-            wheels = ",".join(pin.split("==")[0] for pin in lowest_pins())
+            wheels = ",".join(pin.split("==")[0] for pin in pins)
             status = run([*pip, "--only-binary", wheels, "-c", str(constraints), "-e", ".[study,test]"], log, 1800)
         elif status == 0:
             status = run([*pip, "-e", ".[study,test]"], log, 1800)
