@@ -129,3 +129,33 @@ def test_weights_of_a_damaged_checkpoint_exits_2(tmp_path):
     proc = run_pgpong("weights", str(bad), "--output", str(tmp_path / "w.png"), timeout=120)
     assert_one_line_error(proc, "bad.npz")
     assert not (tmp_path / "w.png").exists()
+
+
+def test_study_curves_keep_a_seed_that_reached_the_goal_and_drop_one_that_stopped_short(tmp_path):
+    from pgpong.plot import setting_curves
+    from pgpong.study.plan import Stops, Study
+
+    study = Study("s", tmp_path, {"batch_size": [10]}, {}, [0, 1, 2], Stops(running_reward=0.0, env_steps=300_000))
+    study.save()
+
+    def write(seed, rewards):
+        folder = tmp_path / "s" / "trials" / f"batch-size=10__seed={seed}"
+        folder.mkdir(parents=True)
+        with open(folder / "progress.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, NEEDED)
+            writer.writeheader()
+            for b, r in enumerate(rewards, start=1):
+                writer.writerow(
+                    {"batch": b, "episodes": 10 * b, "env_steps": 100_000 * b, "wall_s": b, "running_reward": r}
+                    | {k: 0 for k in NEEDED if k not in ("batch", "episodes", "env_steps", "wall_s", "running_reward")}
+                )
+
+    write(0, [-20, 1.0])  # reached the goal at 200k steps
+    write(1, [-20, -10, -5])  # stopped at the 300k cap
+    write(2, [-20, -10])  # stopped short (killed, say) at 200k
+    [found] = setting_curves(tmp_path / "s", "steps", points=301)  # x every 1,000 steps
+    at = {round(x * 1e6): k for k, x in enumerate(found["x"])}  # steps axis is in millions
+    k = at[300_000]
+    # at 300k: seed 0 holds +1 (done), seed 1 is at -5, seed 2 has left the statistics
+    assert (found["median"][k], found["min"][k], found["max"][k]) == (-2.0, -5.0, 1.0)
+    assert not found["all_seeds"][k] and found["all_seeds"][at[200_000]]

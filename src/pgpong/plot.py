@@ -129,8 +129,10 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
 
 def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
     """Per setting of a study: x on a common grid, and the median, min and max running
-    reward over the seeds whose run has reached that x (a seed that stopped early
-    leaves the statistics there), with where each seed ended."""
+    reward over the seeds whose run has reached that x, with where each seed ended. A
+    seed that stopped because it reached the study's running reward keeps its last
+    value beyond its end (it is done, not gone); any other seed that stopped early
+    leaves the statistics there."""
     from pgpong.study.plan import load_study
 
     study = load_study(study_dir.parent, study_dir.name)
@@ -151,9 +153,12 @@ def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
         end = max(c[column][-1] for c in curves)
         grid = np.linspace(0, end, points)
         ys = np.full((len(curves), points), np.nan)
+        goal = study.stops.running_reward
         for k, c in enumerate(curves):
             inside = (grid >= c[column][0]) & (grid <= c[column][-1])
             ys[k, inside] = np.interp(grid[inside], c[column], c["running_reward"])
+            if goal is not None and c["running_reward"][-1] >= goal:
+                ys[k, grid > c[column][-1]] = c["running_reward"][-1]
         covered = ~np.isnan(ys).all(axis=0)
         running = (~np.isnan(ys)).sum(axis=0)[covered]
         with np.errstate(all="ignore"):
@@ -191,7 +196,13 @@ def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
         colour = colours[k % len(colours)]
         ax.fill_between(c["x"], c["min"], c["max"], color=colour, alpha=0.18, linewidth=0)
         full = np.where(c["all_seeds"], c["median"], np.nan)
-        ax.plot(c["x"], full, color=colour, linewidth=2.2, label=f"{c['setting']} ({c['seeds']} seeds)")
+        ax.plot(
+            c["x"],
+            full,
+            color=colour,
+            linewidth=2.2,
+            label=f"{c['setting']} ({c['seeds']} seed{'s' if c['seeds'] != 1 else ''})",
+        )
         fewer = np.where(~c["all_seeds"], c["median"], np.nan)
         ax.plot(c["x"], fewer, color=colour, linewidth=1.2, linestyle=":")
         ends = np.array(c["ends"])
@@ -205,7 +216,8 @@ def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
         loc="upper left",
         fontsize=9,
         title_fontsize=9,
-        title="median over seeds (dotted: over the seeds that ran that far),\nband: min-max, dot: where a seed ended",
+        title="median over seeds (dotted: over the seeds that ran that far;\na seed that reached the goal keeps its "
+        "last value), band: min-max,\ndot: where a seed ended",
     )
     ax.set_title(f"pgpong study {study_dir.name}: running reward by setting")
     return _save(fig, output)
