@@ -331,3 +331,14 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     assert proc.returncode == 0 and "lr 0.001" in proc.stdout, proc.stderr
     proc = run_pgpong(*common, "--run-dir", str(tmp_path / "ten"))  # batch 10: 3e-3 and 0.99, as always
     assert proc.returncode == 0 and "batch 10, lr 0.003, RMSProp decay 0.99 (the batch rule" in proc.stdout
+
+
+def test_a_first_step_far_above_the_rules_is_warned_about():
+    from pgpong.config import TrainConfig
+    from pgpong.session import first_step_warning
+
+    assert first_step_warning(TrainConfig()) is None  # 3e-3 / sqrt(0.01) = 0.03
+    assert first_step_warning(TrainConfig(batch_size=300)) is None  # the rule: 0.016 / sqrt(0.3) = 0.029
+    warned = first_step_warning(TrainConfig(batch_size=60, decay_rate=0.99))  # the collapse measured
+    assert warned is not None and "about 0.073" in warned
+    assert first_step_warning(TrainConfig(learning_rate=1e-4)) is None  # 2016's setting: small steps

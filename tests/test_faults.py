@@ -166,7 +166,8 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     """Killed right after batch 1's row is written (in one process), or once a Ray
     worker has started an episode of batch 3 (mid-batch): events, not delays."""
     run_dir, marker = tmp_path / "run", tmp_path / "batch-3-started"
-    env = {**os.environ, TEST_FAULT: f"mark:2:{marker}"}  # batch index 2: the third if workers != "0" else None
+    # batch index 2 is the third batch; in one process the kill follows batch 1's row
+    env = {**os.environ, TEST_FAULT: f"mark:2:{marker}"} if workers != "0" else None
     proc = subprocess.Popen(
         [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers],
         stdout=subprocess.PIPE,

@@ -99,4 +99,4 @@ def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_coun
     a, b = minutes(slow, 64), minutes(fast, 64)
     assert f"{(a + b) / 2:.1f} ({min(a, b):.1f}-{max(a, b):.1f})" in rows["10"]  # median (range) of the two
     fastest = 60 if minutes(big, 64) < (a + b) / 2 else 10
-    assert f"64 cores: batch {fastest} (" in text
+    assert f"64 cores: batch {fastest}: " in text

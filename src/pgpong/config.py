@@ -29,7 +29,7 @@ MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 
 RULE_BATCH = 10
 RULE_LEARNING_RATE = 3e-3
 RULE_DECAY_RATE = 0.99
-RULE_MIN_DECAY_RATE = 0.5  # (1 - decay) x k reaches 1 at batch 1,000: the cache keeps half its past
+RULE_MIN_DECAY_RATE = 0.5  # from batch 500 on ((1 - decay) x k would reach 1 at batch 1,000)
 
 
 def batch_rule(batch_size: int) -> tuple[float, float]:
@@ -40,14 +40,16 @@ def batch_rule(batch_size: int) -> tuple[float, float]:
 
 
 def describe_batch_rule(batch_size: int) -> str:
-    """'lr 0.00735 = 3e-3 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)'."""
+    """'lr 0.0073 = 0.003 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)'."""
     lr, decay = batch_rule(batch_size)
     if batch_size <= RULE_BATCH:
         return f"lr {lr:g}, RMSProp decay {decay:g} (the batch rule at {RULE_BATCH} and below)"
     k = f"{batch_size}/{RULE_BATCH}"
-    floor = " (its floor)" if decay == RULE_MIN_DECAY_RATE else ""
+    if decay == RULE_MIN_DECAY_RATE:
+        how = f"its floor; 1 - {1 - RULE_DECAY_RATE:g} x {k} would be {1 - (1 - RULE_DECAY_RATE) * batch_size / 10:g}"
+        return f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g} ({how}) (the batch rule)"
     return (
-        f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g}{floor} = "
+        f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g} = "
         f"1 - {1 - RULE_DECAY_RATE:g} x {k} (the batch rule)"
     )
 
@@ -92,14 +94,14 @@ class TrainConfig:
         "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
         metavar="RATE",
         aliases=("--lr",),
-        shown="the batch rule: 3e-3 at batch 10, x sqrt(batch/10) above",
+        shown="the batch rule: 3e-3 up to batch 10, x sqrt(batch/10) above (2 digits)",
     )
     gamma: float = _setting(0.99, "discount factor for rewards", metavar="GAMMA")
     decay_rate: float = _setting(
         None,
         "RMSProp decay of the squared-gradient cache",
         metavar="RATE",
-        shown="the batch rule: 0.99 at batch 10, 1 - 0.01 x batch/10 above",
+        shown="the batch rule: 0.99 up to batch 10, 1 - 0.01 x batch/10 above (at least 0.5)",
     )
     seed: int = _setting(0, "seed of the run: episode k of batch i uses SeedSequence([seed, i, k])")
     max_episode_steps: int | None = _setting(None, "cut episodes after this many agent steps", shown="full matches")

@@ -217,7 +217,7 @@ def progress_files(paths: list[str]) -> list[Path]:
     """progress.csv files from what was given: the files, run directories, or a study's
     directory (its trials, in the study's order)."""
     found: list[Path] = []
-    for given in map(Path, paths):
+    for given in (Path(p).resolve() for p in paths):
         if (given / "study.json").exists():
             from pgpong.study.plan import load_study
 
@@ -237,6 +237,21 @@ def _name(path: Path) -> str:
     return path.name.removesuffix(".csv").removesuffix(".progress")
 
 
+def _setting(path: Path, batch: int) -> str:
+    """How a run is grouped: its batch size, with the learning rate and decay that its
+    config.json records (a bare progress file says only its batch size)."""
+    import json
+
+    config_file = path.parent / "config.json"
+    if path.name != "progress.csv" or not config_file.exists():
+        return str(batch)
+    try:
+        config = json.loads(config_file.read_text())["config"]
+        return f"{batch} (lr {config['learning_rate']:g}, decay {config['decay_rate']:g})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(batch)
+
+
 def _spread(values: list[float]) -> str:
     if not values:
         return "-"
@@ -253,13 +268,13 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         f"{cores} cores ({n}x{c}, projected)" for cores, (n, c) in CORES.items()
     )
     lines = [head + " |", "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(CORES)]
-    by_batch: dict[int, dict[str, list]] = {}
+    by_batch: dict[str, dict[str, list]] = {}
     for path in progress_files(paths):
         rows = learning_curve(str(path))
         if not rows:
             continue
         batch = int(rows[0]["batch_episodes"])
-        runs = by_batch.setdefault(batch, {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
+        runs = by_batch.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
         runs["runs"].append(_name(path))
         reached = next((r for r in rows if r["running_reward"] >= threshold), None)
         if reached is None:
@@ -283,20 +298,21 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         )
     lines += [
         "",
-        f"Minutes to running reward {threshold:+g} by batch size: median (min-max) over the runs that reached it.",
+        f"Minutes to running reward {threshold:+g} by batch size (and the lr and decay its config.json records): "
+        "median (min-max) over the runs that reached it.",
         "",
         "| batch | runs reached | " + " | ".join(f"{cores} cores" for cores in CORES) + " |",
         "| ---: | ---: |" + " ---: |" * len(CORES),
     ]
-    for batch, runs in sorted(by_batch.items()):
+    for setting, runs in sorted(by_batch.items(), key=lambda item: (int(item[0].split()[0]), item[0])):
         cells = [_spread(runs[str(cores)]) for cores in CORES]
-        lines.append(f"| {batch} | {len(runs['reached'])}/{len(runs['runs'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {setting} | {len(runs['reached'])}/{len(runs['runs'])} | " + " | ".join(cells) + " |")
     best = []
     for cores in CORES:
         medians = {b: float(np.median(r[str(cores)])) for b, r in by_batch.items() if r[str(cores)]}
         if medians:
-            batch = min(medians, key=lambda b: medians[b])
-            best.append(f"{cores} cores: batch {batch} ({medians[batch]:.1f} min)")
+            fastest = min(medians, key=lambda b: medians[b])
+            best.append(f"{cores} cores: batch {fastest}: {medians[fastest]:.1f} min")
     if best:
         lines += ["", "Fastest median: " + "; ".join(best) + "."]
     return "\n".join(lines) + "\n"

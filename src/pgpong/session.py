@@ -86,8 +86,11 @@ class TrainingSession:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
-                f"{optimiser_settings(config)}, on {where(pool)}"
+                f"{optimiser_settings(config, run.resumed)}, on {where(pool)}"
             )
+            warning = None if run.state.batch else first_step_warning(config)
+            if warning:
+                log.say(warning)
             Trainer(run, pool, log).train()
             log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")
         finally:
@@ -116,14 +119,33 @@ def start_line(run: Run) -> str:
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
-def optimiser_settings(config: TrainConfig) -> str:
-    """'lr 0.003, RMSProp decay 0.99 (the batch rule ...)', or the values given instead."""
+def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:
+    """'lr 0.003, RMSProp decay 0.99 (the batch rule ...)', or the values given (or, on
+    resume, recorded) instead."""
     if config.follows_batch_rule():
         return describe_batch_rule(config.batch_size)
+    if resumed:
+        return f"lr {config.learning_rate:g}, RMSProp decay {config.decay_rate:g} (as the run was made)"
     lr, decay = batch_rule(config.batch_size)
     return (
         f"lr {config.learning_rate:g}, RMSProp decay {config.decay_rate:g} "
         f"(given; the batch rule would use --lr {lr:g} --decay-rate {decay:g})"
+    )
+
+
+FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.03; 0.073 collapsed a batch of 60
+
+
+def first_step_warning(config: TrainConfig) -> str | None:
+    """A warning when RMSProp's first step, about lr / sqrt(1 - decay) per weight (its
+    cache starts at zero), is well above the 0.03 the batch rule keeps."""
+    step = config.learning_rate / max(1e-12, 1 - config.decay_rate) ** 0.5
+    if step <= FIRST_STEP_WARNING:
+        return None
+    return (
+        f"pgpong: warning: the first update will move each weight by about {step:.3g} "
+        f"(lr / sqrt(1 - decay)); the batch rule keeps it at 0.03, and 0.073 made a batch of 60 "
+        'lose every point from then on (README "Learning")'
     )
 
 

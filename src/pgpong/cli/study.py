@@ -32,8 +32,8 @@ def add_parser(sub) -> None:
         "run directory under runs/studies/NAME/trials/, in parallel on Ray Tune (one CPU per trial), until "
         "a stop. Running the same command again continues an unfinished study; --report prints the table "
         "of matches, env steps and minutes to each running reward, from the run directories alone.",
-        epilog="example: pgpong study lr-vs-batch --grid lr=1e-3,3e-3 --grid batch-size=10,60 --seeds 0,1,2 "
-        "--until running_reward=0 --max-env-steps 20M",
+        epilog="example: pgpong study batch --grid batch-size=10,60 --seeds 0,1,2 "
+        "--until running_reward=0 --max-env-steps 7M (each batch size with the batch rule's lr and decay)",
     )
     _add_study_arguments(study)
 
