@@ -59,7 +59,8 @@ def ray_processes(temp_dir: str, port: int) -> list[psutil.Process]:
 
 
 def stop_own_ray(temp_dir: str, port: int) -> None:
-    """End that cluster's processes (SIGTERM, then SIGKILL after 5 s), and no others."""
+    """End that cluster's processes (SIGTERM, then SIGKILL after 5 s), and no others,
+    and wait until they are gone."""
     procs = ray_processes(temp_dir, port)
     for proc in procs:
         with contextlib.suppress(psutil.Error):
@@ -68,6 +69,7 @@ def stop_own_ray(temp_dir: str, port: int) -> None:
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+    psutil.wait_procs(alive, timeout=10)  # a killed process is gone only once the kernel says so
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
