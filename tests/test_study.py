@@ -207,3 +207,27 @@ def test_report_statistics():
     assert report.first_reach(rows_, -10.0) == {"matches": 10.0, "env_steps": 100.0, "minutes": 1.0}
     assert report.first_reach(rows_, 0.0) == {"matches": 30.0, "env_steps": 100.0, "minutes": 1.0}
     assert report.first_reach(rows_, 10.0) is None
+
+
+def test_a_trial_made_with_other_learning_settings_is_not_continued_with_new_ones(tmp_path, capsys):
+    """A trial begun before the batch rule (batch 60 at lr 3e-3, decay 0.99) would be
+    resumed by a study whose flags now give it the rule's values: refused, with the
+    flags that continue it as it was made."""
+    from pgpong.config import TrainConfig, save_config
+
+    trial = tmp_path / "old" / "trials" / "batch-size=60__seed=0"
+    trial.mkdir(parents=True)
+    made = TrainConfig(batch_size=60, learning_rate=3e-3, decay_rate=0.99, seed=0, workers=0)
+    save_config(made, trial / "config.json")
+    args = ["study", "old", "--grid", "batch-size=60", "--seeds", "0", "--max-matches", "4", "--root", str(tmp_path)]
+    status, out, err = pgpong(capsys, *args)
+    assert status == 2, err
+    [line] = err.strip().splitlines()
+    assert "trial batch-size=60 seed=0 was made with other settings (learning-rate 0.003, now 0.0073" in line
+    assert "give --set learning-rate=0.003 --set decay-rate=0.99 to continue" in line
+    assert sorted(p.name for p in trial.iterdir()) == ["config.json"]  # nothing written
+    assert not (tmp_path / "old" / "study.json").exists()
+    from pgpong.study.plan import Stops, Study, check_trials_as_made
+
+    as_made = {"learning_rate": 3e-3, "decay_rate": 0.99}
+    check_trials_as_made(Study("old", tmp_path, {"batch_size": [60]}, as_made, [0], Stops(matches=4)))  # accepted

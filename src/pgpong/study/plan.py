@@ -270,6 +270,27 @@ class Study:
             )
 
 
+def check_trials_as_made(study: Study) -> None:
+    """Refuse to continue a trial whose run was made with other learning settings than
+    the study's flags give it now (the batch rule's defaults changed since, or a --set
+    differs): its rows would mix two settings, and the resume would be refused anyway."""
+    from pgpong.config import load_config
+
+    for trial in study.trials():
+        config_file = trial.directory / "config.json"
+        if not config_file.exists():
+            continue
+        made, now = load_config(config_file), TrainConfig(**trial.settings)
+        changed = made.learning_differences(now)
+        if changed:
+            was = " ".join(f"--set {flag(n)}={_text(getattr(made, n))}" for n in changed)
+            raise ConfigError(
+                f"trial {trial.label} was made with other settings ("
+                + ", ".join(f"{flag(n)} {_text(getattr(made, n))}, now {_text(getattr(now, n))}" for n in changed)
+                + f"); give {was} to continue the study as it was made, or use another name"
+            )
+
+
 def describe(study: Study) -> str:
     grid = " ".join(f"--grid {short(n)}={','.join(_text(v) for v in vs)}" for n, vs in study.grid.items())
     fixed = " ".join(f"--set {short(n)}={_text(v)}" for n, v in study.fixed.items())
