@@ -45,13 +45,11 @@ def describe_batch_rule(batch_size: int) -> str:
     if batch_size <= RULE_BATCH:
         return f"lr {lr:g}, RMSProp decay {decay:g} (the batch rule at {RULE_BATCH} and below)"
     k = f"{batch_size}/{RULE_BATCH}"
+    scaled = f"1 - {1 - RULE_DECAY_RATE:g} x {k}"
     if decay == RULE_MIN_DECAY_RATE:
-        how = f"its floor; 1 - {1 - RULE_DECAY_RATE:g} x {k} would be {1 - (1 - RULE_DECAY_RATE) * batch_size / 10:g}"
-        return f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g} ({how}) (the batch rule)"
-    return (
-        f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g} = "
-        f"1 - {1 - RULE_DECAY_RATE:g} x {k} (the batch rule)"
-    )
+        scaled = f"its floor; {scaled} would be {round(1 - (1 - RULE_DECAY_RATE) * batch_size / RULE_BATCH, 9) + 0.0:g}"
+    shown = f"({scaled})" if decay == RULE_MIN_DECAY_RATE else f"= {scaled}"
+    return f"lr {lr:g} = {RULE_LEARNING_RATE:g} x sqrt({k}), RMSProp decay {decay:g} {shown} (the batch rule)"
 
 
 class ConfigError(ValueError):

@@ -240,16 +240,16 @@ def _name(path: Path) -> str:
 def _setting(path: Path, batch: int) -> str:
     """How a run is grouped: its batch size, with the learning rate and decay that its
     config.json records (a bare progress file says only its batch size)."""
-    import json
+    from pgpong.config import ConfigError, load_config
 
     config_file = path.parent / "config.json"
     if path.name != "progress.csv" or not config_file.exists():
         return str(batch)
     try:
-        config = json.loads(config_file.read_text())["config"]
-        return f"{batch} (lr {config['learning_rate']:g}, decay {config['decay_rate']:g})"
-    except (OSError, ValueError, KeyError, TypeError):
+        config = load_config(config_file)
+    except (ConfigError, OSError):
         return str(batch)
+    return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g})"
 
 
 def _spread(values: list[float]) -> str:
@@ -268,13 +268,13 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         f"{cores} cores ({n}x{c}, projected)" for cores, (n, c) in CORES.items()
     )
     lines = [head + " |", "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(CORES)]
-    by_batch: dict[str, dict[str, list]] = {}
+    by_setting: dict[str, dict[str, list]] = {}
     for path in progress_files(paths):
         rows = learning_curve(str(path))
         if not rows:
             continue
         batch = int(rows[0]["batch_episodes"])
-        runs = by_batch.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
+        runs = by_setting.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
         runs["runs"].append(_name(path))
         reached = next((r for r in rows if r["running_reward"] >= threshold), None)
         if reached is None:
@@ -304,12 +304,12 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         "| batch | runs reached | " + " | ".join(f"{cores} cores" for cores in CORES) + " |",
         "| ---: | ---: |" + " ---: |" * len(CORES),
     ]
-    for setting, runs in sorted(by_batch.items(), key=lambda item: (int(item[0].split()[0]), item[0])):
+    for setting, runs in sorted(by_setting.items(), key=lambda item: (int(item[0].split()[0]), item[0])):
         cells = [_spread(runs[str(cores)]) for cores in CORES]
         lines.append(f"| {setting} | {len(runs['reached'])}/{len(runs['runs'])} | " + " | ".join(cells) + " |")
     best = []
     for cores in CORES:
-        medians = {b: float(np.median(r[str(cores)])) for b, r in by_batch.items() if r[str(cores)]}
+        medians = {b: float(np.median(r[str(cores)])) for b, r in by_setting.items() if r[str(cores)]}
         if medians:
             fastest = min(medians, key=lambda b: medians[b])
             best.append(f"{cores} cores: batch {fastest}: {medians[fastest]:.1f} min")
