@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, run_pgpong, train_in_process
 from pgpong.runlog import read_progress
-from pgpong.workers import RayPool, WorkerSettings
+from pgpong.workers import TEST_FAULT, RayPool, WorkerSettings
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
 STORE = 150 * 1024**2
@@ -44,11 +44,13 @@ def cluster():
 
 
 @pytest.mark.slow
-def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(tmp_path, cluster):
+def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(tmp_path, cluster, monkeypatch):
     import ray
 
     c, worker_node = cluster
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    started = tmp_path / "batch-2-started"
+    monkeypatch.setenv(TEST_FAULT, f"mark:1:{started}")  # a worker marks its first episode of batch 2
     pool = RayPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 2)
     assert pool.num_workers == 2
     run_dir = tmp_path / "run"
@@ -56,9 +58,8 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
 
     def remove_worker_node_mid_batch():
         deadline = time.monotonic() + 60
-        while not (run_dir / "progress.csv").exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # inside batch 2
+        while not started.exists() and time.monotonic() < deadline:  # an event, not a delay
+            time.sleep(0.005)
         c.remove_node(worker_node, allow_graceful=False)
         removed.append(time.monotonic())
 
