@@ -100,7 +100,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "env_id": env_id,
         "hidden": 8,
         "batch_size": 1,
-        "learning_rate": 3e-3,
+        "learning_rate": 2e-3,
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,
@@ -315,30 +315,30 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "default"))
     assert proc.returncode == 0, proc.stderr
     # No --lr: the batch rule's values for 60 (README "Learning"), said on the first line.
-    assert "batch 60, lr 0.0073 = 0.003 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)" in (
+    assert "batch 60, lr 0.0049 = 0.002 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)" in (
         proc.stdout
     )
     config = json.loads((tmp_path / "default" / "config.json").read_text())["config"]
-    assert (config["learning_rate"], config["decay_rate"]) == (0.0073, 0.94)
+    assert (config["learning_rate"], config["decay_rate"]) == (0.0049, 0.94)
     info = load_checkpoint(list_checkpoints(tmp_path / "default" / "checkpoints")[-1]).info
-    assert (info["learning_rate"], info["decay_rate"]) == (0.0073, 0.94)
+    assert (info["learning_rate"], info["decay_rate"]) == (0.0049, 0.94)
     proc = run_pgpong(*common, "--batch-size", "60", "--lr", "1e-3", "--run-dir", str(tmp_path / "given"))
     assert proc.returncode == 0, proc.stderr
-    assert "batch 60, lr 0.001, RMSProp decay 0.94 (given; the batch rule would use --lr 0.0073" in proc.stdout
+    assert "batch 60, lr 0.001, RMSProp decay 0.94 (given; the batch rule would use --lr 0.0049" in proc.stdout
     config = json.loads((tmp_path / "given" / "config.json").read_text())["config"]
     assert (config["learning_rate"], config["decay_rate"]) == (1e-3, 0.94)  # --lr wins; the decay still follows
     proc = run_pgpong("train", "--run-dir", str(tmp_path / "given"), "--iterations", "2")  # resumed: its own rate
     assert proc.returncode == 0 and "lr 0.001" in proc.stdout, proc.stderr
-    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "ten"))  # batch 10: 3e-3 and 0.99, as always
-    assert proc.returncode == 0 and "batch 10, lr 0.003, RMSProp decay 0.99 (the batch rule" in proc.stdout
+    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "ten"))  # batch 10: 2e-3 and 0.99
+    assert proc.returncode == 0 and "batch 10, lr 0.002, RMSProp decay 0.99 (the batch rule" in proc.stdout
 
 
 def test_a_first_step_far_above_the_rules_is_warned_about():
     from pgpong.config import TrainConfig
     from pgpong.session import first_step_warning
 
-    assert first_step_warning(TrainConfig()) is None  # 3e-3 / sqrt(0.01) = 0.03
-    assert first_step_warning(TrainConfig(batch_size=300)) is None  # the rule: 0.016 / sqrt(0.3) = 0.029
-    warned = first_step_warning(TrainConfig(batch_size=60, decay_rate=0.99))  # the collapse measured
+    assert first_step_warning(TrainConfig()) is None  # 2e-3 / sqrt(0.01) = 0.02
+    assert first_step_warning(TrainConfig(batch_size=300)) is None  # the rule: 0.011 / sqrt(0.3) = 0.020
+    warned = first_step_warning(TrainConfig(batch_size=60, learning_rate=0.0073, decay_rate=0.99))  # the collapse
     assert warned is not None and "about 0.073" in warned
     assert first_step_warning(TrainConfig(learning_rate=1e-4)) is None  # 2016's setting: small steps

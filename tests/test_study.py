@@ -223,7 +223,7 @@ def test_a_trial_made_with_other_learning_settings_is_not_continued_with_new_one
     status, out, err = pgpong(capsys, *args)
     assert status == 2, err
     [line] = err.strip().splitlines()
-    assert "trial batch-size=60 seed=0 was made with other settings (learning-rate 0.003, now 0.0073" in line
+    assert "trial batch-size=60 seed=0 was made with other settings (learning-rate 0.003, now 0.0049" in line
     assert "give --set learning-rate=0.003 --set decay-rate=0.99 to continue" in line
     assert sorted(p.name for p in trial.iterdir()) == ["config.json"]  # nothing written
     assert not (tmp_path / "old" / "study.json").exists()

@@ -120,7 +120,7 @@ def start_line(run: Run) -> str:
 
 
 def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:
-    """'lr 0.003, RMSProp decay 0.99 (the batch rule ...)', or the values given (or, on
+    """'lr 0.002, RMSProp decay 0.99 (the batch rule ...)', or the values given (or, on
     resume, recorded) instead."""
     if config.follows_batch_rule():
         return describe_batch_rule(config.batch_size)
@@ -133,18 +133,18 @@ def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:
     )
 
 
-FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.03; 0.073 collapsed a batch of 60
+FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.02; 0.073 collapsed a batch of 60
 
 
 def first_step_warning(config: TrainConfig) -> str | None:
     """A warning when RMSProp's first step, about lr / sqrt(1 - decay) per weight (its
-    cache starts at zero), is well above the 0.03 the batch rule keeps."""
+    cache starts at zero), is well above the 0.02 the batch rule keeps."""
     step = config.learning_rate / max(1e-12, 1 - config.decay_rate) ** 0.5
     if step <= FIRST_STEP_WARNING:
         return None
     return (
         f"pgpong: warning: the first update will move each weight by about {step:.3g} "
-        f"(lr / sqrt(1 - decay)); the batch rule keeps it at 0.03, and 0.073 made a batch of 60 "
+        f"(lr / sqrt(1 - decay)); the batch rule keeps it at 0.02, and 0.073 made a batch of 60 "
         'lose every point from then on (README "Learning")'
     )
 
