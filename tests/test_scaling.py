@@ -100,3 +100,34 @@ def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_coun
     assert f"{(a + b) / 2:.1f} ({min(a, b):.1f}-{max(a, b):.1f})" in rows["10"]  # median (range) of the two
     fastest = 60 if minutes(big, 64) < (a + b) / 2 else 10
     assert f"64 cores: batch {fastest}: " in text
+
+
+def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    foreign = tmp_path / "other.csv"
+    foreign.write_text("step,loss\n1,0.5\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    for given, says in [
+        (tmp_path / "nowhere", "no progress file"),
+        (foreign, "is not a pgpong progress file (no batch_episodes"),
+        (empty, "is not a pgpong progress file"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pgpong.scaling", "--learning", str(given)], capture_output=True, text=True
+        )
+        assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)
+        [line] = proc.stderr.strip().splitlines()
+        assert line.startswith("python -m pgpong.scaling: error: ") and says in line
+
+
+def test_a_study_directory_without_its_study_json_gives_its_trials(tmp_path):
+    from pgpong.scaling import progress_files
+
+    for name in ("batch-size=10__seed=1", "batch-size=10__seed=0"):
+        (tmp_path / "s" / "trials" / name).mkdir(parents=True)
+        (tmp_path / "s" / "trials" / name / "progress.csv").write_text("")
+    found = progress_files([str(tmp_path / "s")])
+    assert [p.parent.name for p in found] == ["batch-size=10__seed=0", "batch-size=10__seed=1"]

@@ -176,13 +176,20 @@ SCENARIOS = [(1, 1, 64), (10, 1, 64), (60, 1, 64), (300, 11, 18), (3000, 110, 18
 CORES = {2: (1, 2), 10: (1, 10), 64: (1, 64), 198: (11, 18)}  # cores -> nodes x CPUs of the projection
 
 
+PROGRESS_COLUMNS = {"batch_episodes", "episode_len_mean", "running_reward", "episodes", "env_steps", "wall_s"}
+
+
 def learning_curve(path: str) -> list[dict[str, float]]:
     """A run's progress.csv rows as numbers (batch_episodes, episode_len_mean, running_reward, ...)."""
     import csv
 
     with open(path, newline="") as f:
         rows = []
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        lacking = sorted(PROGRESS_COLUMNS - set(reader.fieldnames or ()))
+        if lacking:
+            raise ValueError(f"{path} is not a pgpong progress file (no {', '.join(lacking)} column)")
+        for row in reader:
             try:
                 rows.append({k: float(v) for k, v in row.items() if k})
             except (TypeError, ValueError):
@@ -224,10 +231,17 @@ def progress_files(paths: list[str]) -> list[Path]:
             study = load_study(given.parent, given.name)
             assert study is not None
             found += [t.directory / "progress.csv" for t in study.trials() if (t.directory / "progress.csv").exists()]
+        elif (given / "trials").is_dir() and not (given / "progress.csv").exists():  # a study without its study.json
+            found += sorted(given.glob("trials/*/progress.csv"))
         elif given.is_dir():
             found.append(given / "progress.csv")
         else:
             found.append(given)
+    missing = [str(path) for path in found if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"no progress file {missing[0]} (give progress.csv files, run directories or a study's)"
+        )
     return found
 
 
@@ -331,7 +345,10 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
     args = parser.parse_args()
     if args.learning:
-        print(learning_table(args.learning, args.threshold), end="")
+        try:
+            print(learning_table(args.learning, args.threshold), end="")
+        except (OSError, ValueError, KeyError) as exc:  # a missing or broken file (ConfigError is a ValueError)
+            parser.exit(2, f"python -m pgpong.scaling: error: {exc}\n")
         return
     c = PHASES[args.phase]
     print(
