@@ -123,11 +123,13 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
         assert line.startswith("python -m pgpong.scaling: error: ") and says in line
 
 
-def test_a_study_directory_without_its_study_json_gives_its_trials(tmp_path):
+def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_its_runs(tmp_path):
     from pgpong.scaling import progress_files
 
     for name in ("batch-size=10__seed=1", "batch-size=10__seed=0"):
         (tmp_path / "s" / "trials" / name).mkdir(parents=True)
         (tmp_path / "s" / "trials" / name / "progress.csv").write_text("")
     found = progress_files([str(tmp_path / "s")])
+    assert [p.parent.name for p in found] == ["batch-size=10__seed=0", "batch-size=10__seed=1"]
+    found = progress_files([str(tmp_path / "s" / "trials")])  # a directory of run directories
     assert [p.parent.name for p in found] == ["batch-size=10__seed=0", "batch-size=10__seed=1"]

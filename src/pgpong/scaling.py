@@ -221,8 +221,8 @@ def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: floa
 
 
 def progress_files(paths: list[str]) -> list[Path]:
-    """progress.csv files from what was given: the files, run directories, or a study's
-    directory (its trials, in the study's order)."""
+    """progress.csv files from what was given: the files, run directories, a directory
+    of run directories, or a study's directory (its trials, in the study's order)."""
     found: list[Path] = []
     for given in (Path(p).resolve() for p in paths):
         if (given / "study.json").exists():
@@ -231,6 +231,8 @@ def progress_files(paths: list[str]) -> list[Path]:
             study = load_study(given.parent, given.name)
             assert study is not None
             found += [t.directory / "progress.csv" for t in study.trials() if (t.directory / "progress.csv").exists()]
+        elif given.is_dir() and not (given / "progress.csv").exists() and list(given.glob("*/progress.csv")):
+            found += sorted(given.glob("*/progress.csv"))  # a directory of runs
         elif (given / "trials").is_dir() and not (given / "progress.csv").exists():  # a study without its study.json
             found += sorted(given.glob("trials/*/progress.csv"))
         elif given.is_dir():

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         matches=_count(args.max_matches, "--max-matches"),
         minutes=args.max_minutes,
     )
-    check(bool(args.grid), "give at least one --grid SETTING=V1,V2 (for seeds of one setting: --grid lr=3e-3)")
+    check(bool(args.grid), "give at least one --grid SETTING=V1,V2 (for seeds of one setting: --grid lr=2e-3)")
     found = plan.build(args.name, args.grid, args.set, list(args.seeds), stops, args.workers_per_trial, root)
     found.check_same_as_saved()
     plan.check_trials_as_made(found)
