@@ -63,7 +63,7 @@ def test_off_a_terminal_train_prints_exactly_the_plain_lines(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert re.fullmatch(
-        r"pgpong: new run in .*: ALE/Pong-v5, batch 2, lr 0\.003, RMSProp decay 0\.99 "
+        r"pgpong: new run in .*: ALE/Pong-v5, batch 2, lr 0\.002, RMSProp decay 0\.99 "
         r"\(the batch rule at 10 and below\), on this process \(no Ray\)",
         lines[0],
     )
