@@ -133,3 +133,27 @@ def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_i
     assert [p.parent.name for p in found] == ["batch-size=10__seed=0", "batch-size=10__seed=1"]
     found = progress_files([str(tmp_path / "s" / "trials")])  # a directory of run directories
     assert [p.parent.name for p in found] == ["batch-size=10__seed=0", "batch-size=10__seed=1"]
+
+
+def test_a_study_copied_under_another_name_reads_its_own_trials_and_an_empty_one_is_refused(tmp_path):
+    import csv as csv_module
+
+    from pgpong.scaling import progress_files
+    from pgpong.study.plan import Stops, Study
+
+    study = Study("made", tmp_path, {"batch_size": [10]}, {}, [0, 1], Stops(matches=4))
+    study.save()
+    copy = tmp_path / "copied"
+    (tmp_path / "made").rename(copy)  # study.json still says "made"
+    with pytest.raises(FileNotFoundError, match="no progress file"):
+        progress_files([str(copy)])  # no trial has run yet: an error, not an empty table
+    trial = copy / "trials" / "batch-size=10__seed=1"
+    trial.mkdir(parents=True)
+    (trial / "progress.csv").write_text("")
+    assert progress_files([str(copy)]) == [trial / "progress.csv"]
+    foreign = tmp_path / "long.csv"
+    foreign.write_text("x" * (csv_module.field_size_limit() + 10) + "\n")
+    from pgpong.scaling import learning_curve
+
+    with pytest.raises(ValueError, match="is not a pgpong progress file"):
+        learning_curve(str(foreign))

@@ -20,7 +20,8 @@ MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 
 # The batch rule: what --lr and --decay-rate default to, by batch size. At batch 10 (and
 # below) 2e-3 and 0.99: measured to reach running reward 0 on seeds 0, 1, 2 and 6 in
 # 2.6M-4.4M env steps and on seed 5 in 8.7M, where 3e-3 took 5.5M-6.4M or was still at
-# -6 after 7M, and 1.5e-3 was faster on four seeds but at -8 after 6M on the fifth
+# -5.9 and -7.2 after 7M, and 1.5e-3 was as fast or faster on four seeds but at -7.6
+# after 7M on the fifth
 # (README "Learning"). A batch
 # k times bigger than 10 takes the learning rate times sqrt(k) and (1 - decay) times k:
 # the square-root rule for adaptive optimisers of Malladi et al. 2022 ("On the SDEs and

@@ -185,15 +185,18 @@ def learning_curve(path: str) -> list[dict[str, float]]:
 
     with open(path, newline="") as f:
         rows = []
-        reader = csv.DictReader(f)
-        lacking = sorted(PROGRESS_COLUMNS - set(reader.fieldnames or ()))
-        if lacking:
-            raise ValueError(f"{path} is not a pgpong progress file (no {', '.join(lacking)} column)")
-        for row in reader:
-            try:
-                rows.append({k: float(v) for k, v in row.items() if k})
-            except (TypeError, ValueError):
-                break
+        try:
+            reader = csv.DictReader(f)
+            lacking = sorted(PROGRESS_COLUMNS - set(reader.fieldnames or ()))
+            if lacking:
+                raise ValueError(f"{path} is not a pgpong progress file (no {', '.join(lacking)} column)")
+            for row in reader:
+                try:
+                    rows.append({k: float(v) for k, v in row.items() if k})
+                except (TypeError, ValueError):
+                    break
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not a pgpong progress file ({exc})") from None
     return rows
 
 
@@ -229,21 +232,20 @@ def progress_files(paths: list[str]) -> list[Path]:
             from pgpong.study.plan import load_study
 
             study = load_study(given.parent, given.name)
-            assert study is not None
-            found += [t.directory / "progress.csv" for t in study.trials() if (t.directory / "progress.csv").exists()]
-        elif given.is_dir() and not (given / "progress.csv").exists() and list(given.glob("*/progress.csv")):
-            found += sorted(given.glob("*/progress.csv"))  # a directory of runs
-        elif (given / "trials").is_dir() and not (given / "progress.csv").exists():  # a study without its study.json
-            found += sorted(given.glob("trials/*/progress.csv"))
+            assert study is not None  # its study.json exists
+            # the trials under the directory given, whatever name the study was copied under
+            runs = [given / "trials" / t.directory.name / "progress.csv" for t in study.trials()]
+            found += [run for run in runs if run.is_file()] or [given / "trials" / "*" / "progress.csv"]
+        elif given.is_dir() and not (given / "progress.csv").exists():  # runs in it, or a study's trials/
+            runs = sorted(given.glob("*/progress.csv")) or sorted(given.glob("trials/*/progress.csv"))
+            found += runs or [given / "progress.csv"]
         elif given.is_dir():
             found.append(given / "progress.csv")
         else:
             found.append(given)
     missing = [str(path) for path in found if not path.is_file()]
     if missing:
-        raise FileNotFoundError(
-            f"no progress file {missing[0]} (give progress.csv files, run directories or a study's)"
-        )
+        raise FileNotFoundError(f"no progress file {missing[0]} (give progress.csv files, run or study directories)")
     return found
 
 
@@ -288,6 +290,7 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
     for path in progress_files(paths):
         rows = learning_curve(str(path))
         if not rows:
+            lines.append(f"| {_name(path)} | | no batch finished yet | | |" + " |" * len(CORES))
             continue
         batch = int(rows[0]["batch_episodes"])
         runs = by_setting.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
@@ -341,15 +344,15 @@ def main() -> None:
         "--learning",
         nargs="+",
         metavar="RUN",
-        help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories "
-        "or a study's directory), measured and projected by cores",
+        help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories, "
+        "a directory of them, or a study's directory), measured and projected by cores",
     )
     parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
     args = parser.parse_args()
     if args.learning:
         try:
             print(learning_table(args.learning, args.threshold), end="")
-        except (OSError, ValueError, KeyError) as exc:  # a missing or broken file (ConfigError is a ValueError)
+        except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
             parser.exit(2, f"python -m pgpong.scaling: error: {exc}\n")
         return
     c = PHASES[args.phase]
