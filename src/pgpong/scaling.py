@@ -228,25 +228,26 @@ def progress_files(paths: list[str]) -> list[Path]:
     of run directories, or a study's directory (its trials, in the study's order)."""
     found: list[Path] = []
     for given in (Path(p).resolve() for p in paths):
-        if (given / "study.json").exists():
-            from pgpong.study.plan import load_study
-
-            study = load_study(given.parent, given.name)
-            assert study is not None  # its study.json exists
-            # the trials under the directory given, whatever name the study was copied under
-            runs = [given / "trials" / t.directory.name / "progress.csv" for t in study.trials()]
-            found += [run for run in runs if run.is_file()] or [given / "trials" / "*" / "progress.csv"]
-        elif given.is_dir() and not (given / "progress.csv").exists():  # runs in it, or a study's trials/
-            runs = sorted(given.glob("*/progress.csv")) or sorted(given.glob("trials/*/progress.csv"))
-            found += runs or [given / "progress.csv"]
-        elif given.is_dir():
-            found.append(given / "progress.csv")
-        else:
-            found.append(given)
-    missing = [str(path) for path in found if not path.is_file()]
-    if missing:
-        raise FileNotFoundError(f"no progress file {missing[0]} (give progress.csv files, run or study directories)")
+        runs = _runs_in(given)
+        if not runs or not all(run.is_file() for run in runs):
+            missing = next((run for run in runs if not run.is_file()), given / "progress.csv")
+            raise FileNotFoundError(f"no progress file {missing} (give progress.csv files, run or study directories)")
+        found += runs
     return found
+
+
+def _runs_in(given: Path) -> list[Path]:
+    if (given / "study.json").exists():
+        from pgpong.study.plan import load_study
+
+        study = load_study(given.parent, given.name)
+        assert study is not None  # its study.json exists
+        # the trials under the directory given, whatever name the study was copied under
+        runs = [given / "trials" / t.directory.name / "progress.csv" for t in study.trials()]
+        return [run for run in runs if run.is_file()]
+    if given.is_dir() and not (given / "progress.csv").exists():  # runs in it, or a study's trials/
+        return sorted(given.glob("*/progress.csv")) or sorted(given.glob("trials/*/progress.csv"))
+    return [given / "progress.csv" if given.is_dir() else given]
 
 
 def _name(path: Path) -> str:
