@@ -342,3 +342,30 @@ def test_a_first_step_far_above_the_rules_is_warned_about():
     warned = first_step_warning(TrainConfig(batch_size=60, learning_rate=0.0073, decay_rate=0.99))  # the collapse
     assert warned is not None and "about 0.073" in warned
     assert first_step_warning(TrainConfig(learning_rate=1e-4)) is None  # 2016's setting: small steps
+
+
+def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
+    common = ["train", "--workers", "0", "--iterations", "2", "--hidden", "8", "--max-episode-steps", "10"]
+    proc = run_pgpong(
+        *common, "--batch-size", "60", "--ramp-from", "10", "--ramp-matches", "500", "--run-dir", str(tmp_path / "r")
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "batch 10 growing to 60 over 500 matches, lr 0.002 to 0.0049, RMSProp decay 0.99 to 0.94 "
+        "(the batch rule at each size)"
+    ) in proc.stdout
+    config = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
+    assert (config["ramp_from"], config["ramp_matches"], config["batch_size"]) == (10, 500, 60)
+    rows = (tmp_path / "r" / "progress.csv").read_text().splitlines()
+    assert [row.split(",")[1] for row in rows[1:]] == ["10", "21"]  # 10 matches, then 11 (10 + 50 x 10 // 500)
+    for bad, said in (
+        ("60", "--ramp-from must be at least 1 and below --batch-size (60), got 60"),
+        ("0", "--ramp-from must be at least 1"),
+    ):
+        proc = run_pgpong(*common, "--batch-size", "60", "--ramp-from", bad, "--run-dir", str(tmp_path / bad))
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / bad).exists()
+    proc = run_pgpong(
+        *common, "--batch-size", "6", "--ramp-from", "2", "--ramp-matches", "0", "--run-dir", str(tmp_path / "m")
+    )
+    assert proc.returncode == 2 and "--ramp-matches must be at least 1, got 0" in proc.stderr

@@ -157,3 +157,29 @@ def test_a_study_copied_under_another_name_reads_its_own_trials_and_an_empty_one
 
     with pytest.raises(ValueError, match="is not a pgpong progress file"):
         learning_curve(str(foreign))
+
+
+def test_a_ramp_run_is_grouped_as_its_ramp_and_projected_batch_by_batch(tmp_path):
+    from pathlib import Path
+
+    from pgpong.config import TrainConfig, save_config
+    from pgpong.scaling import learning_table, project
+
+    run = Path(tmp_path / "ramp")
+    run.mkdir()
+    save_config(TrainConfig(batch_size=60, ramp_from=10), run / "config.json")
+    head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
+    sizes, rewards = [10, 35, 60], [-20.0, -8.0, 0.5]
+    done = [sum(sizes[: k + 1]) for k in range(3)]
+    lines = [f"{k + 1},{done[k]},{1000 * done[k]},{60.0 * (k + 1)},{rewards[k]},1000,{sizes[k]},0" for k in range(3)]
+    (run / "progress.csv").write_text(head + "\n".join(lines) + "\n")
+    text = learning_table([str(run)])
+    assert "| ramp | 10-60 | 105 | 0.1M |" in text
+    assert "| 10 growing to 60 over 1,000 matches (the batch rule) | 1/1 |" in text
+    rows = [{k: float(v) for k, v in zip(head.strip().split(","), line.split(","), strict=True)} for line in lines]
+    whole = project(rows, 1, 64)
+    parts = [found["minutes"] for row in rows if (found := project([row], 1, 64, threshold=-99))]
+    assert whole is not None and len(parts) == 3
+    # each update at its own batch size: the sum of the three one-row projections
+    assert whole["minutes"] == pytest.approx(sum(parts), rel=1e-9)
+    assert parts[0] < parts[2]  # batch 60 late takes longer than 10 early on 64 cores

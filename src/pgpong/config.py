@@ -91,6 +91,13 @@ class TrainConfig:
     env_id: str = _setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment", metavar="ID")
     hidden: int = _setting(200, "hidden units H of the policy network")
     batch_size: int = _setting(10, "episodes per weight update")
+    ramp_from: int | None = _setting(
+        None,
+        "start the batch at this many episodes and grow it linearly to --batch-size over --ramp-matches "
+        "matches; lr and decay follow the batch rule at each size unless given",
+        shown="no ramp",
+    )
+    ramp_matches: int = _setting(1000, "with --ramp-from: the matches over which the batch grows")
     learning_rate: float = _setting(
         None,
         "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
@@ -131,6 +138,24 @@ class TrainConfig:
         """Whether the learning rate and decay are the ones the batch rule gives."""
         return (self.learning_rate, self.decay_rate) == batch_rule(self.batch_size)
 
+    def update_settings(self, episodes: int) -> tuple[int, float, float]:
+        """The batch size, learning rate and RMSProp decay of the update that follows
+        `episodes` matches. Without a ramp they are the settings; with one, the batch
+        grows linearly from --ramp-from to --batch-size over --ramp-matches matches,
+        and the rate and decay that follow the batch rule at --batch-size (not given)
+        follow it at each size on the way."""
+        if self.ramp_from is None:
+            return self.batch_size, self.learning_rate, self.decay_rate
+        grown = (self.batch_size - self.ramp_from) * min(episodes, self.ramp_matches) // self.ramp_matches
+        batch = self.ramp_from + grown
+        final_lr, final_decay = batch_rule(self.batch_size)
+        lr, decay = batch_rule(batch)
+        return (
+            batch,
+            lr if self.learning_rate == final_lr else self.learning_rate,
+            decay if self.decay_rate == final_decay else self.decay_rate,
+        )
+
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
@@ -138,6 +163,14 @@ class TrainConfig:
         check(
             _is_int(self.batch_size) and self.batch_size >= 1,
             f"--batch-size must be at least 1, got {self.batch_size}",
+        )
+        check(
+            self.ramp_from is None or (_is_int(self.ramp_from) and 1 <= self.ramp_from < self.batch_size),
+            f"--ramp-from must be at least 1 and below --batch-size ({self.batch_size}), got {self.ramp_from}",
+        )
+        check(
+            _is_int(self.ramp_matches) and self.ramp_matches >= 1,
+            f"--ramp-matches must be at least 1, got {self.ramp_matches}",
         )
         check(
             _is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,

@@ -268,6 +268,9 @@ def _setting(path: Path, batch: int) -> str:
         config = load_config(config_file)
     except (ConfigError, OSError):
         return str(batch)
+    if config.ramp_from is not None:
+        rates = "the batch rule" if config.follows_batch_rule() else f"lr {config.learning_rate:g}"
+        return f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches ({rates})"
     return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g})"
 
 
@@ -294,13 +297,14 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
             lines.append(f"| {_name(path)} | | no batch finished yet | | |" + " |" * len(CORES))
             continue
         batch = int(rows[0]["batch_episodes"])
+        shown = f"{batch}-{int(rows[-1]['batch_episodes'])}" if rows[-1]["batch_episodes"] != batch else str(batch)
         runs = by_setting.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
         runs["runs"].append(_name(path))
         reached = next((r for r in rows if r["running_reward"] >= threshold), None)
         if reached is None:
             last = rows[-1]
             lines.append(
-                f"| {_name(path)} | {batch} | not reached: {last['running_reward']:+.1f} after "
+                f"| {_name(path)} | {shown} | not reached: {last['running_reward']:+.1f} after "
                 f"{last['episodes']:,.0f} | {last['env_steps'] / 1e6:.1f}M | |" + " |" * len(CORES)
             )
             continue
@@ -313,7 +317,7 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
             runs[str(cores)].append(found["minutes"])
             cells.append(f"{found['minutes']:.1f}")
         lines.append(
-            f"| {_name(path)} | {batch} | {reached['episodes']:,.0f} | "
+            f"| {_name(path)} | {shown} | {reached['episodes']:,.0f} | "
             f"{reached['env_steps'] / 1e6:.1f}M | " + " | ".join(cells) + " |"
         )
     lines += [

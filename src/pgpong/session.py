@@ -85,8 +85,8 @@ class TrainingSession:
             for message in run.skipped:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
             log.say(
-                f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, batch {config.batch_size}, "
-                f"{optimiser_settings(config, run.resumed)}, on {where(pool)}"
+                f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, "
+                f"{batch_settings(config, run.resumed)}, on {where(pool)}"
             )
             warning = None if run.state.batch else first_step_warning(config)
             if warning:
@@ -119,6 +119,19 @@ def start_line(run: Run) -> str:
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
+def batch_settings(config: TrainConfig, resumed: bool = False) -> str:
+    """'batch 10, lr 0.002, ...', or with a ramp 'batch 10 growing to 60 over 1,000
+    matches, ...' and the rate and decay at both ends."""
+    if config.ramp_from is None:
+        return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}"
+    start, end = config.update_settings(0), config.update_settings(config.ramp_matches)
+    ramp = f"batch {config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches"
+    ends = f"lr {start[1]:g} to {end[1]:g}, RMSProp decay {start[2]:g} to {end[2]:g}"
+    if config.follows_batch_rule():
+        return f"{ramp}, {ends} (the batch rule at each size)"
+    return f"{ramp}, {ends} ({'as the run was made' if resumed else 'the batch rule where not given'})"
+
+
 def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:
     """'lr 0.002, RMSProp decay 0.99 (the batch rule ...)', or the values given (or, on
     resume, recorded) instead."""
@@ -139,7 +152,8 @@ FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.02; 0.073 collapsed a
 def first_step_warning(config: TrainConfig) -> str | None:
     """A warning when RMSProp's first step, about lr / sqrt(1 - decay) per weight (its
     cache starts at zero), is well above the 0.02 the batch rule keeps."""
-    step = config.learning_rate / max(1e-12, 1 - config.decay_rate) ** 0.5
+    _, lr, decay = config.update_settings(0)  # with a ramp, its first batch's
+    step = lr / max(1e-12, 1 - decay) ** 0.5
     if step <= FIRST_STEP_WARNING:
         return None
     return (

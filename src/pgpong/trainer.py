@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from pgpong.checkpoint import TrainingState, save_checkpoint
-from pgpong.config import TrainConfig, batch_rule
+from pgpong.config import batch_rule
 from pgpong.policy import Params, RMSProp
 from pgpong.rollout import EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
@@ -29,14 +29,14 @@ class TrainingDiverged(RuntimeError):
     """The weights, the RMSProp cache or a gradient became NaN or infinite."""
 
 
-def _check_finite(params: Params, what: str, batch: int, cfg: TrainConfig) -> None:
+def _check_finite(params: Params, what: str, batch: int, optimizer: RMSProp, batch_size: int) -> None:
     # Checked before the batch's row and checkpoint are written: the last good
     # checkpoint stays the newest, and no NaN reaches the disk.
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({cfg.learning_rate:g}; the batch rule gives {batch_rule(cfg.batch_size)[0]:g} "
-            f"for batch {cfg.batch_size}): nothing of this batch was written"
+            f"({optimizer.learning_rate:g}; the batch rule gives {batch_rule(batch_size)[0]:g} "
+            f"for batch {batch_size}): nothing of this batch was written"
         )
 
 
@@ -73,7 +73,8 @@ class Trainer:
         cfg, state, pool = self.config, self.state, self.pool
         began, clock = time.monotonic(), PhaseClock()
         replaced_before = pool.replaced
-        episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(cfg.batch_size)]
+        batch_size, self.optimizer.learning_rate, self.optimizer.decay_rate = cfg.update_settings(state.episodes)
+        episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(batch_size)]
         grad = state.weights.zeros_like()
         scores: list[float] = []
         lengths: list[int] = []
@@ -94,11 +95,12 @@ class Trainer:
                 chunk.grad.add_to(grad)
         with clock("checkpoint write"):  # the previous batch's, written while this one played:
             self.checkpoints.wait()  # done before the step below changes the arrays it reads
-        _check_finite(grad, "the batch's summed gradient", state.batch + 1, cfg)
+        checked = (state.batch + 1, self.optimizer, batch_size)
+        _check_finite(grad, "the batch's summed gradient", *checked)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
-        _check_finite(state.weights, "the weights", state.batch + 1, cfg)
-        _check_finite(state.cache, "the RMSProp cache", state.batch + 1, cfg)
+        _check_finite(state.weights, "the weights", *checked)
+        _check_finite(state.cache, "the RMSProp cache", *checked)
 
         batch_s = time.monotonic() - began
         state.batch += 1
