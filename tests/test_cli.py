@@ -359,7 +359,7 @@ def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
     rows = (tmp_path / "r" / "progress.csv").read_text().splitlines()
     assert [row.split(",")[1] for row in rows[1:]] == ["10", "21"]  # 10 matches, then 11 (10 + 50 x 10 // 500)
     for bad, said in (
-        ("60", "--ramp-from must be at least 1 and below --batch-size (60), got 60"),
+        ("61", "--ramp-from must be at least 1 and at most --batch-size (60), got 61"),
         ("0", "--ramp-from must be at least 1"),
     ):
         proc = run_pgpong(*common, "--batch-size", "60", "--ramp-from", bad, "--run-dir", str(tmp_path / bad))
@@ -369,3 +369,11 @@ def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
         *common, "--batch-size", "6", "--ramp-from", "2", "--ramp-matches", "0", "--run-dir", str(tmp_path / "m")
     )
     assert proc.returncode == 2 and "--ramp-matches must be at least 1, got 0" in proc.stderr
+    refused = {
+        ("--ramp-from", "10", "--lr", "1e-3"): "--ramp-from takes the batch rule's lr and RMSProp decay at each",
+        ("--ramp-matches", "500"): "--ramp-matches 500 needs --ramp-from",
+    }
+    for flags, said in refused.items():
+        proc = run_pgpong(*common, "--batch-size", "60", *flags, "--run-dir", str(tmp_path / "refused"))
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "refused").exists()

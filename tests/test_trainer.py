@@ -226,9 +226,9 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
 
 
 def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played(tmp_path, monkeypatch):
-    """--ramp-from 2 --batch-size 6 --ramp-matches 8: batches of 2, 3, 4, 6, 6 (after
-    0, 2, 5, 9, 15 matches), each stepped with the batch rule's rate and decay for its
-    own size; and a run resumed in the middle of the ramp is the one-go run."""
+    """--ramp-from 10 --batch-size 30 --ramp-matches 40: batches of 10, 15, 22, 30, 30
+    (after 0, 10, 25, 47, 77 matches), each stepped with the batch rule's rate and decay
+    for its own size; and a run resumed in the middle of a ramp is the one-go run."""
     from pgpong.config import batch_rule
     from pgpong.policy import RMSProp
     from pgpong.rollout import EpisodeId
@@ -241,30 +241,24 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
         step(self, weights, grad)
 
     monkeypatch.setattr(RMSProp, "step", noted_step)
-    ramp = {**SETTINGS, "batch_size": 6, "ramp_from": 2, "ramp_matches": 8, "iterations": 5}
+    ramp = {**SETTINGS, "batch_size": 30, "ramp_from": 10, "ramp_matches": 40, "iterations": 5}
     run = open_run(tmp_path / "r", ramp)
     create_run_files(run, {})
-    pool = RecordingPool([-21.0] * 21)
+    pool = RecordingPool([-21.0] * 107)
     Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
-    sizes = [2, 3, 4, 6, 6]
+    sizes = [10, 15, 22, 30, 30]
     assert pool.asked == [[EpisodeId(7, i, k) for k in range(b)] for i, b in enumerate(sizes)]
     assert [row["batch_episodes"] for row in read_progress(run.progress_path)] == [str(b) for b in sizes]
+    assert steps == [(0.002, 0.99), (0.0024, 0.985), (0.003, 0.978), (0.0035, 0.97), (0.0035, 0.97)]
     assert steps == [batch_rule(b) for b in sizes]
-    assert steps[0] == (0.002, 0.99) and steps[-1] == batch_rule(6)
-    # --lr given: it holds all along; the decay, not given, still follows the rule.
-    steps.clear()
-    run = open_run(tmp_path / "lr", {**ramp, "learning_rate": 1e-3})
-    create_run_files(run, {})
-    Trainer(run, RecordingPool([-21.0] * 21), RunLog(run.progress_path, out=io.StringIO())).train()
-    assert steps == [(1e-3, batch_rule(b)[1]) for b in sizes]
 
     monkeypatch.setattr(RMSProp, "step", step)
-    settings = {**SETTINGS, "batch_size": 3, "ramp_from": 1, "ramp_matches": 3, "max_episode_steps": 60}
+    settings = {**SETTINGS, "batch_size": 14, "ramp_from": 10, "ramp_matches": 20, "max_episode_steps": 40}
     one_go = train(tmp_path / "one", workers=0, iterations=4, **settings)
     train(tmp_path / "split", workers=0, iterations=2, **settings)
     resumed = train(tmp_path / "split", workers=0, iterations=4, **settings)
     np.testing.assert_array_equal(resumed.weights.W1, one_go.weights.W1)
     np.testing.assert_array_equal(resumed.cache.W1, one_go.cache.W1)
-    # batches of 1, 1, 2, 3 after 0, 1, 2 and 4 matches
-    assert [r["batch_episodes"] for r in learning_columns(tmp_path / "split")] == ["1", "1", "2", "3"]
+    # batches of 10, 12, 14, 14 after 0, 10, 22 and 36 matches (lr 0.002, 0.0022, 0.0024, 0.0024)
+    assert [r["batch_episodes"] for r in learning_columns(tmp_path / "split")] == ["10", "12", "14", "14"]
     assert learning_columns(tmp_path / "split") == learning_columns(tmp_path / "one")

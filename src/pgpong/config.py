@@ -34,6 +34,7 @@ RULE_BATCH = 10
 RULE_LEARNING_RATE = 2e-3
 RULE_DECAY_RATE = 0.99
 RULE_MIN_DECAY_RATE = 0.5  # from batch 500 on ((1 - decay) x k would reach 1 at batch 1,000)
+RAMP_MATCHES = 1000  # --ramp-matches' default: the noise scale had tripled after about 900 matches (README)
 
 
 def batch_rule(batch_size: int) -> tuple[float, float]:
@@ -90,14 +91,14 @@ def int_list(text: str) -> tuple[int, ...]:
 class TrainConfig:
     env_id: str = _setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment", metavar="ID")
     hidden: int = _setting(200, "hidden units H of the policy network")
-    batch_size: int = _setting(10, "episodes per weight update")
+    batch_size: int = _setting(10, "matches (episodes) per weight update; with --ramp-from, the size it grows to")
     ramp_from: int | None = _setting(
         None,
-        "start the batch at this many episodes and grow it linearly to --batch-size over --ramp-matches "
-        "matches; lr and decay follow the batch rule at each size unless given",
+        "start the batch at this many matches and grow it linearly to --batch-size over --ramp-matches "
+        "matches, each update with the batch rule's lr and decay for its size",
         shown="no ramp",
     )
-    ramp_matches: int = _setting(1000, "with --ramp-from: the matches over which the batch grows")
+    ramp_matches: int = _setting(RAMP_MATCHES, "with --ramp-from: the matches over which the batch grows")
     learning_rate: float = _setting(
         None,
         "RMSProp learning rate; 1e-4 is the 2016 setting (about 10 times slower to learn, see README)",
@@ -142,19 +143,12 @@ class TrainConfig:
         """The batch size, learning rate and RMSProp decay of the update that follows
         `episodes` matches. Without a ramp they are the settings; with one, the batch
         grows linearly from --ramp-from to --batch-size over --ramp-matches matches,
-        and the rate and decay that follow the batch rule at --batch-size (not given)
-        follow it at each size on the way."""
+        with the batch rule's rate and decay at each size."""
         if self.ramp_from is None:
             return self.batch_size, self.learning_rate, self.decay_rate
         grown = (self.batch_size - self.ramp_from) * min(episodes, self.ramp_matches) // self.ramp_matches
         batch = self.ramp_from + grown
-        final_lr, final_decay = batch_rule(self.batch_size)
-        lr, decay = batch_rule(batch)
-        return (
-            batch,
-            lr if self.learning_rate == final_lr else self.learning_rate,
-            decay if self.decay_rate == final_decay else self.decay_rate,
-        )
+        return (batch, *batch_rule(batch))
 
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
@@ -165,8 +159,8 @@ class TrainConfig:
             f"--batch-size must be at least 1, got {self.batch_size}",
         )
         check(
-            self.ramp_from is None or (_is_int(self.ramp_from) and 1 <= self.ramp_from < self.batch_size),
-            f"--ramp-from must be at least 1 and below --batch-size ({self.batch_size}), got {self.ramp_from}",
+            self.ramp_from is None or (_is_int(self.ramp_from) and 1 <= self.ramp_from <= self.batch_size),
+            f"--ramp-from must be at least 1 and at most --batch-size ({self.batch_size}), got {self.ramp_from}",
         )
         check(
             _is_int(self.ramp_matches) and self.ramp_matches >= 1,
@@ -185,6 +179,16 @@ class TrainConfig:
         check(
             _is_number(self.decay_rate) and 0 <= self.decay_rate < 1,
             f"--decay-rate must be in [0, 1), got {self.decay_rate}",
+        )
+        check(
+            self.ramp_from is not None or self.ramp_matches == RAMP_MATCHES,
+            f"--ramp-matches {self.ramp_matches} needs --ramp-from (the batch size the ramp starts at)",
+        )
+        check(
+            self.ramp_from is None or self.follows_batch_rule(),
+            f"--ramp-from takes the batch rule's lr and RMSProp decay at each batch size: drop --lr and "
+            f"--decay-rate (given {self.learning_rate:g} and {self.decay_rate:g}; the rule ends the ramp at "
+            f"{batch_rule(self.batch_size)[0]:g} and {batch_rule(self.batch_size)[1]:g})",
         )
         check(_is_int(self.seed) and 0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed}")
         check(

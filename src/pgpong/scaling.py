@@ -268,9 +268,10 @@ def _setting(path: Path, batch: int) -> str:
         config = load_config(config_file)
     except (ConfigError, OSError):
         return str(batch)
-    if config.ramp_from is not None:
-        rates = "the batch rule" if config.follows_batch_rule() else f"lr {config.learning_rate:g}"
-        return f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches ({rates})"
+    if config.ramp_from is not None and config.ramp_from != config.batch_size:
+        return (
+            f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches (the batch rule)"
+        )
     return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g})"
 
 

@@ -121,15 +121,14 @@ def start_line(run: Run) -> str:
 
 def batch_settings(config: TrainConfig, resumed: bool = False) -> str:
     """'batch 10, lr 0.002, ...', or with a ramp 'batch 10 growing to 60 over 1,000
-    matches, ...' and the rate and decay at both ends."""
-    if config.ramp_from is None:
+    matches, lr 0.002 to 0.0049, ...'."""
+    if config.ramp_from is None or config.ramp_from == config.batch_size:
         return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}"
     start, end = config.update_settings(0), config.update_settings(config.ramp_matches)
-    ramp = f"batch {config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches"
-    ends = f"lr {start[1]:g} to {end[1]:g}, RMSProp decay {start[2]:g} to {end[2]:g}"
-    if config.follows_batch_rule():
-        return f"{ramp}, {ends} (the batch rule at each size)"
-    return f"{ramp}, {ends} ({'as the run was made' if resumed else 'the batch rule where not given'})"
+    return (
+        f"batch {config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches, "
+        f"lr {start[1]:g} to {end[1]:g}, RMSProp decay {start[2]:g} to {end[2]:g} (the batch rule at each size)"
+    )
 
 
 def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:

@@ -35,8 +35,9 @@ def _check_finite(params: Params, what: str, batch: int, optimizer: RMSProp, bat
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({optimizer.learning_rate:g}; the batch rule gives {batch_rule(batch_size)[0]:g} "
-            f"for batch {batch_size}): nothing of this batch was written"
+            f"({optimizer.learning_rate:g}, RMSProp decay {optimizer.decay_rate:g}; the batch rule gives "
+            f"{batch_rule(batch_size)[0]:g} and {batch_rule(batch_size)[1]:g} for this batch of {batch_size}): "
+            "nothing of this batch was written"
         )
 
 
