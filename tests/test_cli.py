@@ -358,6 +358,9 @@ def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
     assert (config["ramp_from"], config["ramp_matches"], config["batch_size"]) == (10, 500, 60)
     rows = (tmp_path / "r" / "progress.csv").read_text().splitlines()
     assert [row.split(",")[1] for row in rows[1:]] == ["10", "21"]  # 10 matches, then 11 (10 + 50 x 10 // 500)
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), "--iterations", "3")  # resumed: where it is
+    assert proc.returncode == 0, proc.stderr
+    assert "0.99 to 0.94 (the batch rule at each size); now at batch 12 after 21 matches" in proc.stdout
     for bad, said in (
         ("61", "--ramp-from must be at least 1 and at most --batch-size (60), got 61"),
         ("0", "--ramp-from must be at least 1"),

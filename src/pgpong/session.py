@@ -86,7 +86,7 @@ class TrainingSession:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, "
-                f"{batch_settings(config, run.resumed)}, on {where(pool)}"
+                f"{batch_settings(config, run.resumed, run.state.episodes)}, on {where(pool)}"
             )
             warning = None if run.state.batch else first_step_warning(config)
             if warning:
@@ -119,15 +119,16 @@ def start_line(run: Run) -> str:
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
-def batch_settings(config: TrainConfig, resumed: bool = False) -> str:
+def batch_settings(config: TrainConfig, resumed: bool = False, episodes: int = 0) -> str:
     """'batch 10, lr 0.002, ...', or with a ramp 'batch 10 growing to 60 over 1,000
-    matches, lr 0.002 to 0.0049, ...'."""
+    matches, lr 0.002 to 0.0049, ...' (and where a resumed run is on it)."""
     if config.ramp_from is None or config.ramp_from == config.batch_size:
         return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}"
     start, end = config.update_settings(0), config.update_settings(config.ramp_matches)
     return (
         f"batch {config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches, "
         f"lr {start[1]:g} to {end[1]:g}, RMSProp decay {start[2]:g} to {end[2]:g} (the batch rule at each size)"
+        + (f"; now at batch {config.update_settings(episodes)[0]} after {episodes:,} matches" if episodes else "")
     )
 
 
