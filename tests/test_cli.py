@@ -100,6 +100,8 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "env_id": env_id,
         "hidden": 8,
         "batch_size": 1,
+        "ramp_from": None,
+        "ramp_matches": 1000,
         "learning_rate": 2e-3,
         "gamma": 0.99,
         "decay_rate": 0.99,

@@ -29,7 +29,10 @@ OTHER = {
     "decay_rate": 0.9,
     "seed": 8,
     "max_episode_steps": 60,
+    "ramp_from": 1,
+    "ramp_matches": 500,
 }
+BASE = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 
 
 def new_run(directory, **settings):
@@ -44,7 +47,7 @@ def test_every_learning_setting_is_covered_here():
 
 @pytest.mark.parametrize("name", sorted(OTHER))
 def test_resume_refuses_a_change_of_any_learning_setting(tmp_path, name):
-    new_run(tmp_path / "r")
+    new_run(tmp_path / "r", **BASE.get(name, {}))
     flag = "--" + name.replace("_", "-")
     with pytest.raises(ConfigError, match=f"{flag} .* -> {re.escape(str(OTHER[name]))}.*must keep them"):
         open_run(tmp_path / "r", {name: OTHER[name]})
@@ -54,8 +57,8 @@ def test_resume_refuses_a_change_of_any_learning_setting(tmp_path, name):
 def test_resume_from_refuses_a_checkpoint_of_other_learning_settings(tmp_path, name):
     from pgpong.checkpoint import CheckpointError
 
-    new_run(tmp_path / "r")
-    theirs = {**TrainConfig(**SETTINGS).to_dict(), name: OTHER[name]}
+    new_run(tmp_path / "r", **BASE.get(name, {}))
+    theirs = {**TrainConfig(**SETTINGS, **BASE.get(name, {})).to_dict(), name: OTHER[name]}
     weights = Params.initial(theirs["hidden"], 0)
     foreign = save_checkpoint(
         TrainingState(weights=weights, cache=weights.zeros_like(), batch=1, info=theirs), tmp_path / "other"
