@@ -32,7 +32,7 @@ OTHER = {
     "ramp_from": 1,
     "ramp_matches": 500,
 }
-BASE = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
+BASE: dict[str, dict] = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 
 
 def new_run(directory, **settings):
@@ -58,7 +58,7 @@ def test_resume_from_refuses_a_checkpoint_of_other_learning_settings(tmp_path, n
     from pgpong.checkpoint import CheckpointError
 
     new_run(tmp_path / "r", **BASE.get(name, {}))
-    theirs = {**TrainConfig(**SETTINGS, **BASE.get(name, {})).to_dict(), name: OTHER[name]}
+    theirs = {**TrainConfig(**{**SETTINGS, **BASE.get(name, {})}).to_dict(), name: OTHER[name]}
     weights = Params.initial(theirs["hidden"], 0)
     foreign = save_checkpoint(
         TrainingState(weights=weights, cache=weights.zeros_like(), batch=1, info=theirs), tmp_path / "other"
