@@ -7,6 +7,7 @@ import json
 import re
 import time
 
+import numpy as np
 import pytest
 
 from conftest import ScriptedPool
@@ -168,3 +169,22 @@ def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     again = open_run(tmp_path / "r", {"iterations": 2})
     create_run_files(again, {})
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
+
+
+def test_a_checkpoint_whose_row_was_never_written_is_played_again(tmp_path):
+    """Killed between batch 2's checkpoint and its progress.csv row: the run resumes
+    from batch 1 and plays batch 2 again, so every batch keeps its row."""
+    from conftest import train_in_process
+    from pgpong.runlog import read_progress
+
+    train_in_process(tmp_path / "r", 0, 2, SETTINGS)
+    progress = tmp_path / "r" / "progress.csv"
+    lines = progress.read_text().splitlines(keepends=True)
+    progress.write_text("".join(lines[:-1]))  # batch 2's row lost, its checkpoint kept
+    assert open_run(tmp_path / "r", {}).state.batch == 1
+    final = train_in_process(tmp_path / "r", 0, 3, SETTINGS)
+    assert final.batch == 3 and [r["batch"] for r in read_progress(progress)] == ["1", "2", "3"]
+    one_go = train_in_process(tmp_path / "one", 0, 3, SETTINGS)
+    np.testing.assert_array_equal(final.weights.W1, one_go.weights.W1)
+    # with every row there, the newest checkpoint is used
+    assert open_run(tmp_path / "r", {}).state.batch == 3

@@ -18,13 +18,14 @@ from pgpong.checkpoint import (
     CheckpointError,
     TrainingState,
     checkpoint_bytes,
+    checkpoint_path,
     list_checkpoints,
     load_checkpoint,
     remove_stale_temporaries,
 )
 from pgpong.config import ConfigError, TrainConfig, load_config, save_config
 from pgpong.policy import Params
-from pgpong.runlog import RunLog
+from pgpong.runlog import RunLog, last_recorded_batch
 
 
 class RunWriteError(RuntimeError):
@@ -105,13 +106,21 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
         _check_fits(run.config, state, resume_from)
         return state, resume_from, []
     skipped: list[str] = []
-    for path in reversed(list_checkpoints(run.checkpoint_dir)):
+    found = list_checkpoints(run.checkpoint_dir)
+    recorded = last_recorded_batch(run.progress_path)
+    for path in reversed(found):
         try:
             state = load_checkpoint(path)
             _check_fits(run.config, state, path)
-            return state, path, skipped
         except CheckpointError as exc:
             skipped.append(str(exc))
+            continue
+        if state.batch == recorded + 1 and (recorded == 0 or checkpoint_path(run.checkpoint_dir, recorded) in found):
+            # Stopped after this checkpoint was written and before its progress.csv row
+            # was: resume from the one before and play the batch again (the same weights
+            # come out), so that progress.csv keeps a row for every batch.
+            continue
+        return state, path, skipped
     # A run directory with no usable checkpoint starts again from the initial weights.
     weights = Params.initial(run.config.hidden, run.config.seed)
     return TrainingState(weights=weights, cache=weights.zeros_like()), None, skipped

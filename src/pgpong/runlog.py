@@ -317,6 +317,15 @@ def read_progress(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def last_recorded_batch(path: Path) -> int:
+    """The batch number of progress.csv's last complete row (0 if none)."""
+    try:
+        numbers = [b for row in read_progress(path) if (b := _batch_of(row)) is not None]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return 0
+    return max(numbers, default=0)
+
+
 def _batch_of(row: dict[str, str]) -> int | None:
     """The batch number of a complete row; None for a row cut short or unreadable."""
     if any(value is None or value == "" for value in row.values()):
