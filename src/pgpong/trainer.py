@@ -137,7 +137,9 @@ class CheckpointWriter:
     A signal (Ctrl-C) never interrupts the write itself, which is in the other thread;
     the trainer waits for it however it stops. Should the process be killed
     mid-write, the checkpoint's rename has not happened and its row was not written:
-    the run resumes from the checkpoint before, which has its row."""
+    the run resumes from the checkpoint before, which has its row. Killed after the
+    rename but before the row, the resume passes over that checkpoint too
+    (rundir._resume_state) and plays its batch again."""
 
     def __init__(self, run: Run, keep: int):
         self.run = run
