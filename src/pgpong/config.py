@@ -139,13 +139,19 @@ class TrainConfig:
         """Whether the learning rate and decay are the ones the batch rule gives."""
         return (self.learning_rate, self.decay_rate) == batch_rule(self.batch_size)
 
+    @property
+    def ramps(self) -> bool:
+        """Whether the batch grows (--ramp-from below --batch-size)."""
+        return self.ramp_from is not None and self.ramp_from != self.batch_size
+
     def update_settings(self, episodes: int) -> tuple[int, float, float]:
         """The batch size, learning rate and RMSProp decay of the update that follows
         `episodes` matches. Without a ramp they are the settings; with one, the batch
         grows linearly from --ramp-from to --batch-size over --ramp-matches matches,
         with the batch rule's rate and decay at each size."""
-        if self.ramp_from is None:
+        if not self.ramps:
             return self.batch_size, self.learning_rate, self.decay_rate
+        assert self.ramp_from is not None
         grown = (self.batch_size - self.ramp_from) * min(episodes, self.ramp_matches) // self.ramp_matches
         batch = self.ramp_from + grown
         return (batch, *batch_rule(batch))

@@ -268,7 +268,7 @@ def _setting(path: Path, batch: int) -> str:
         config = load_config(config_file)
     except (ConfigError, OSError):
         return str(batch)
-    if config.ramp_from is not None and config.ramp_from != config.batch_size:
+    if config.ramps:
         return (
             f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches (the batch rule)"
         )

@@ -122,7 +122,7 @@ def start_line(run: Run) -> str:
 def batch_settings(config: TrainConfig, resumed: bool = False, episodes: int = 0) -> str:
     """'batch 10, lr 0.002, ...', or with a ramp 'batch 10 growing to 60 over 1,000
     matches, lr 0.002 to 0.0049, ...' (and where a resumed run is on it)."""
-    if config.ramp_from is None or config.ramp_from == config.batch_size:
+    if not config.ramps:
         return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}"
     start, end = config.update_settings(0), config.update_settings(config.ramp_matches)
     return (
