@@ -1,5 +1,6 @@
 """The command line end to end, in subprocesses, on real Ray and the real ALE."""
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -103,6 +104,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "ramp_from": None,
         "ramp_matches": 1000,
         "learning_rate": 2e-3,
+        "warmup": "off",
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,
@@ -333,17 +335,35 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     assert proc.returncode == 0 and "lr 0.001" in proc.stdout, proc.stderr
     proc = run_pgpong(*common, "--run-dir", str(tmp_path / "ten"))  # batch 10: 2e-3 and 0.99
     assert proc.returncode == 0 and "batch 10, lr 0.002, RMSProp decay 0.99 (the batch rule" in proc.stdout
+    assert "warm-up" not in proc.stdout  # off by default
+    proc = run_pgpong(*common, "--batch-size", "60", "--warmup", "on", "--run-dir", str(tmp_path / "on"))
+    assert proc.returncode == 0, proc.stderr
+    assert "(the batch rule); warm-up: lr x sqrt(1 - 0.94^t) at update t (x0.24 at the first, x1 at the 100th)" in (
+        proc.stdout
+    )
+    assert json.loads((tmp_path / "on" / "config.json").read_text())["config"]["warmup"] == "on"
+    assert load_checkpoint(list_checkpoints(tmp_path / "on" / "checkpoints")[-1]).info["warmup"] == "on"
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "on"), "--iterations", "2")  # resumed: where it is
+    assert proc.returncode == 0 and "warm-up: lr x 0.34 at update 2" in proc.stdout, proc.stderr  # sqrt(1 - 0.94^2)
+    proc = run_pgpong(*common, "--warmup", "yes", "--run-dir", str(tmp_path / "bad"))
+    assert proc.returncode == 2 and proc.stderr.strip() == "pgpong: error: --warmup must be on or off, got 'yes'"
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_first_step_far_above_the_rules_is_warned_about():
     from pgpong.config import TrainConfig
     from pgpong.session import first_step_warning
 
-    assert first_step_warning(TrainConfig()) is None  # 2e-3 / sqrt(0.01) = 0.02
-    assert first_step_warning(TrainConfig(batch_size=300)) is None  # the rule: 0.011 / sqrt(0.3) = 0.020
-    warned = first_step_warning(TrainConfig(batch_size=60, learning_rate=0.0073, decay_rate=0.99))  # the collapse
-    assert warned is not None and "about 0.073" in warned
-    assert first_step_warning(TrainConfig(learning_rate=1e-4)) is None  # 2016's setting: small steps
+    for warmup in ("on", "off"):
+        assert first_step_warning(TrainConfig(warmup=warmup)) is None  # 2e-3 / sqrt(0.01) = 0.02 at most
+        assert first_step_warning(TrainConfig(batch_size=300, warmup=warmup)) is None  # 0.011 / sqrt(0.3) = 0.020
+        assert first_step_warning(TrainConfig(learning_rate=1e-4, warmup=warmup)) is None  # 2016's: small steps
+    collapse = TrainConfig(batch_size=60, learning_rate=0.0073, decay_rate=0.99)
+    warned = first_step_warning(collapse)
+    assert warned is not None and "about 0.073 (lr / sqrt(1 - decay); the batch rule keeps it at 0.02)" in warned
+    assert first_step_warning(dataclasses.replace(collapse, warmup="on")) is None  # the first step is 0.0073
+    warned = first_step_warning(TrainConfig(learning_rate=0.05, warmup="on"))
+    assert warned is not None and "about 0.05 (lr, warmed up), and 0.073 made" in warned
 
 
 def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):

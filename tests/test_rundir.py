@@ -32,6 +32,7 @@ OTHER = {
     "max_episode_steps": 60,
     "ramp_from": 1,
     "ramp_matches": 500,
+    "warmup": "on",
 }
 BASE: dict[str, dict] = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 
@@ -73,6 +74,32 @@ def test_resume_accepts_a_change_of_the_other_settings(tmp_path, name, value):
     new_run(tmp_path / "r")
     again = open_run(tmp_path / "r", {name: value})
     assert again.resumed and getattr(again.config, name) == value
+
+
+def test_a_run_made_before_the_warm_up_existed_resumes_without_it(tmp_path):
+    """Its config.json and checkpoints have no "warmup": it trained with the plain
+    rate, goes on so, and its checkpoints do not fit a run with the warm-up."""
+    import json
+
+    from pgpong.checkpoint import CheckpointError
+
+    new_run(tmp_path / "r")
+    path = tmp_path / "r" / "config.json"
+    data = json.loads(path.read_text())
+    assert data["config"].pop("warmup") == "off"
+    path.write_text(json.dumps(data))
+    again = open_run(tmp_path / "r", {})
+    assert again.resumed and again.config.warmup == "off"
+    with pytest.raises(ConfigError, match="--warmup off -> on"):
+        open_run(tmp_path / "r", {"warmup": "on"})
+    old = {k: v for k, v in TrainConfig(**SETTINGS).to_dict().items() if k != "warmup"}
+    weights = Params.initial(SETTINGS["hidden"], 0)
+    state = TrainingState(weights=weights, cache=weights.zeros_like(), batch=1, info=old)
+    old_checkpoint = save_checkpoint(state, tmp_path / "old")
+    new_run(tmp_path / "warm", warmup="on")
+    with pytest.raises(CheckpointError, match="warmup off"):
+        open_run(tmp_path / "warm", {}, resume_from=old_checkpoint)
+    assert open_run(tmp_path / "r", {}, resume_from=old_checkpoint).state.batch == 1  # fits a run without it
 
 
 def test_default_run_dir_names_the_env_seed_and_time():

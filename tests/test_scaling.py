@@ -176,6 +176,10 @@ def test_a_ramp_run_is_grouped_as_its_ramp_and_projected_batch_by_batch(tmp_path
     text = learning_table([str(run)])
     assert "| ramp | 10-60 | 105 | 0.1M |" in text
     assert "| 10 growing to 60 over 1,000 matches (the batch rule) | 1/1 |" in text
+    save_config(TrainConfig(batch_size=60, ramp_from=10, warmup="on"), run / "config.json")
+    assert "| 10 growing to 60 over 1,000 matches (the batch rule, warm-up) | 1/1 |" in learning_table([str(run)])
+    save_config(TrainConfig(batch_size=60, warmup="on"), run / "config.json")
+    assert "| 10 (lr 0.0049, decay 0.94, warm-up) |" in learning_table([str(run)])  # batch: its first row's
     rows = [{k: float(v) for k, v in zip(head.strip().split(","), line.split(","), strict=True)} for line in lines]
     whole = project(rows, 1, 64)
     parts = [found["minutes"] for row in rows if (found := project([row], 1, 64, threshold=-99))]

@@ -146,9 +146,25 @@ def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
     assert rng.random() == np.random.default_rng(action_stream).random()
 
 
-def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path):
+def test_the_warm_up_factor_is_the_part_of_the_cache_filled():
+    from pgpong.config import TrainConfig
+
+    on = TrainConfig(warmup="on")
+    assert on.warmup_factor(0) == pytest.approx(0.1)  # sqrt(1 - 0.99)
+    assert on.warmup_factor(99) == pytest.approx((1 - 0.99**100) ** 0.5)  # 0.80
+    assert TrainConfig(batch_size=60, warmup="on").warmup_factor(2) == pytest.approx((1 - 0.94**3) ** 0.5)
+    assert TrainConfig().warmup_factor(0) == 1.0  # off by default
+    # A ramp of 10 -> 30 over 40 matches: updates of 10 (decay 0.99) and 15 (0.985) matches.
+    ramp = TrainConfig(batch_size=30, ramp_from=10, ramp_matches=40, warmup="on")
+    assert ramp.warmup_factor(1) == pytest.approx((1 - 0.99 * 0.985) ** 0.5)
+    assert ramp.warmup_factor(100_000) == 1.0  # the cache is full long before; the walk stops early
+
+
+@pytest.mark.parametrize(("warmup", "first_rate"), [("off", 0.02), ("on", 0.02 * 0.1**0.5)])
+def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path, warmup, first_rate):
     """Checked against an independent computation in float64, with non-default
-    learning rate, decay and gamma: a swapped or ignored setting fails."""
+    learning rate, decay and gamma: a swapped or ignored setting fails. The warm-up
+    scales the first step's rate by sqrt(1 - decay), the cache's weight after one step."""
     from pgpong.envs import make_env
     from pgpong.policy import Params
     from pgpong.rollout import EpisodeId, play_episode
@@ -162,6 +178,7 @@ def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path):
         "learning_rate": 0.02,
         "decay_rate": 0.9,
         "gamma": 0.95,
+        "warmup": warmup,
         "iterations": 1,
         "workers": 0,
     }
@@ -180,7 +197,7 @@ def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path):
         (total_W2, start.W2, trained.weights.W2, trained.cache.W2),
     ):
         expected_cache = (1 - 0.9) * total**2  # decay 0.9, the cache starts at zero
-        expected = w0 + 0.02 * total / (np.sqrt(expected_cache) + 1e-5)
+        expected = w0 + first_rate * total / (np.sqrt(expected_cache) + 1e-5)
         np.testing.assert_allclose(cache, expected_cache, rtol=1e-4, atol=1e-12)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert np.abs(trained.weights.W1 - start.W1).max() > 1e-3  # the step really moved the weights
@@ -241,16 +258,27 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
         step(self, weights, grad)
 
     monkeypatch.setattr(RMSProp, "step", noted_step)
-    ramp = {**SETTINGS, "batch_size": 30, "ramp_from": 10, "ramp_matches": 40, "iterations": 5}
-    run = open_run(tmp_path / "r", ramp)
-    create_run_files(run, {})
-    pool = RecordingPool([-21.0] * 107)
-    Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
     sizes = [10, 15, 22, 30, 30]
-    assert pool.asked == [[EpisodeId(7, i, k) for k in range(b)] for i, b in enumerate(sizes)]
-    assert [row["batch_episodes"] for row in read_progress(run.progress_path)] == [str(b) for b in sizes]
-    assert steps == [(0.002, 0.99), (0.0024, 0.985), (0.003, 0.978), (0.0035, 0.97), (0.0035, 0.97)]
-    assert steps == [batch_rule(b) for b in sizes]
+    for warmup in ("off", "on"):
+        steps.clear()
+        ramp = {**SETTINGS, "batch_size": 30, "ramp_from": 10, "ramp_matches": 40, "iterations": 5, "warmup": warmup}
+        run = open_run(tmp_path / warmup, ramp)
+        create_run_files(run, {})
+        pool = RecordingPool([-21.0] * 107)
+        Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+        assert pool.asked == [[EpisodeId(7, i, k) for k in range(b)] for i, b in enumerate(sizes)]
+        assert [row["batch_episodes"] for row in read_progress(run.progress_path)] == [str(b) for b in sizes]
+        if warmup == "off":
+            assert steps == [(0.002, 0.99), (0.0024, 0.985), (0.003, 0.978), (0.0035, 0.97), (0.0035, 0.97)]
+            assert steps == [batch_rule(b) for b in sizes]
+    # The warm-up: each rate times sqrt(1 - the product of the decays up to its step).
+    decays = [0.99, 0.985, 0.978, 0.97, 0.97]
+    filled = [1 - float(np.prod(decays[: i + 1])) for i in range(5)]
+    assert [d for _, d in steps] == decays
+    np.testing.assert_allclose(
+        [lr for lr, _ in steps], [batch_rule(b)[0] * f**0.5 for b, f in zip(sizes, filled, strict=True)], rtol=1e-12
+    )
+    assert steps[0][0] == pytest.approx(0.002 * 0.1) and steps[-1][0] < 0.0035 * 0.4
 
     monkeypatch.setattr(RMSProp, "step", step)
     settings = {**SETTINGS, "batch_size": 14, "ramp_from": 10, "ramp_matches": 20, "max_episode_steps": 40}

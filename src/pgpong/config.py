@@ -27,7 +27,7 @@ MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 
 # the square-root rule for adaptive optimisers of Malladi et al. 2022 ("On the SDEs and
 # scaling rules for adaptive gradient algorithms"). Scaling (1 - decay) matters as much
 # as the rate: RMSProp's cache starts at zero, so its first step is about
-# lr / sqrt(1 - decay), the same 0.02 at batch 10 and 60 under the rule, where 7.3e-3
+# lr / sqrt(1 - decay) (lr with --warmup on), the same 0.02 at batch 10 and 60 under the rule, where 7.3e-3
 # with decay 0.99 moves each weight by 0.073 and collapses the policy (measured,
 # docs/study/lr7.3e-3-b60-s0.progress.csv).
 RULE_BATCH = 10
@@ -106,6 +106,14 @@ class TrainConfig:
         aliases=("--lr",),
         shown="the batch rule: 2e-3 up to batch 10, x sqrt(batch/10) above (2 digits)",
     )
+    warmup: str = _setting(
+        "off",
+        "on: the rate of update t is lr x sqrt(1 - decay^t) (with --ramp-from, decay^t is the product of "
+        "the decays so far), as if RMSProp's cache, which starts at zero and has gathered a weight of "
+        "1 - decay^t, held its full weight: each early step then moves a weight by about lr instead of up to "
+        "lr / sqrt(1 - decay); off: lr throughout, as in 2016",
+        metavar="on|off",
+    )
     gamma: float = _setting(0.99, "discount factor for rewards", metavar="GAMMA")
     decay_rate: float = _setting(
         None,
@@ -156,6 +164,24 @@ class TrainConfig:
         batch = self.ramp_from + grown
         return (batch, *batch_rule(batch))
 
+    def warmup_factor(self, batches: int) -> float:
+        """What the learning rate is multiplied by in the update that follows `batches`
+        updates: with --warmup on, sqrt(1 - d1 x d2 x ... x dt) over the decays of updates
+        1..t (t = batches + 1), the weight RMSProp's cache, which starts at zero, has
+        gathered by then (Adam's bias correction, as a learning-rate schedule); 1 with it off."""
+        if self.warmup == "off":
+            return 1.0
+        if not self.ramps:
+            return (1 - self.decay_rate ** (batches + 1)) ** 0.5
+        episodes, product = 0, 1.0
+        for _ in range(batches + 1):  # a ramp's decay changes with its batch size
+            size, _, decay = self.update_settings(episodes)
+            product *= decay
+            episodes += size
+            if product < 1e-17:  # 1 - product is 1.0 in float64 from here on
+                break
+        return (1 - product) ** 0.5
+
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
@@ -181,6 +207,7 @@ class TrainConfig:
             _is_int(self.hidden) and self.hidden <= MAX_HIDDEN,
             f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden}",
         )
+        check(self.warmup in ("on", "off"), f"--warmup must be on or off, got {self.warmup!r}")
         check(_is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
         check(
             _is_number(self.decay_rate) and 0 <= self.decay_rate < 1,

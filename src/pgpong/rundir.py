@@ -131,6 +131,8 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
     if state.weights.hidden != config.hidden:
         raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
     recorded = {k: v for k, v in state.info.items() if k in config.to_dict()}
+    if recorded:
+        recorded = {"warmup": "off", **recorded}  # made before --warmup existed: trained without it
     try:
         theirs = dataclasses.replace(config, **recorded)
     except TypeError:

@@ -268,11 +268,13 @@ def _setting(path: Path, batch: int) -> str:
         config = load_config(config_file)
     except (ConfigError, OSError):
         return str(batch)
+    warmed = ", warm-up" if config.warmup == "on" else ""
     if config.ramps:
         return (
-            f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches (the batch rule)"
+            f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches "
+            f"(the batch rule{warmed})"
         )
-    return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g})"
+    return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g}{warmed})"
 
 
 def _spread(values: list[float]) -> str:

@@ -86,7 +86,7 @@ class TrainingSession:
                 log.say(f"pgpong: skipped a bad checkpoint: {message}")
             log.say(
                 f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, "
-                f"{batch_settings(config, run.resumed, run.state.episodes)}, on {where(pool)}"
+                f"{batch_settings(config, run.resumed, run.state.episodes, run.state.batch)}, on {where(pool)}"
             )
             warning = None if run.state.batch else first_step_warning(config)
             if warning:
@@ -119,16 +119,33 @@ def start_line(run: Run) -> str:
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
-def batch_settings(config: TrainConfig, resumed: bool = False, episodes: int = 0) -> str:
+def batch_settings(config: TrainConfig, resumed: bool = False, episodes: int = 0, batches: int = 0) -> str:
     """'batch 10, lr 0.002, ...', or with a ramp 'batch 10 growing to 60 over 1,000
-    matches, lr 0.002 to 0.0049, ...' (and where a resumed run is on it)."""
+    matches, lr 0.002 to 0.0049, ...', then the warm-up (and where a resumed run is on
+    them: `episodes` matches and `batches` updates played)."""
     if not config.ramps:
-        return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}"
+        return f"batch {config.batch_size}, {optimiser_settings(config, resumed)}{warmup_settings(config, batches)}"
     start, end = config.update_settings(0), config.update_settings(config.ramp_matches)
     return (
         f"batch {config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches, "
         f"lr {start[1]:g} to {end[1]:g}, RMSProp decay {start[2]:g} to {end[2]:g} (the batch rule at each size)"
         + (f"; now at batch {config.update_settings(episodes)[0]} after {episodes:,} matches" if episodes else "")
+        + warmup_settings(config, batches)
+    )
+
+
+def warmup_settings(config: TrainConfig, batches: int = 0) -> str:
+    """'; warm-up: lr x sqrt(1 - 0.99^t) at update t (x0.1 at the first, x0.8 at the
+    100th)', and where a resumed run is on it; '' with --warmup off."""
+    if config.warmup == "off":
+        return ""
+    if batches:
+        factor = config.warmup_factor(batches)
+        return "; warm-up done" if factor > 0.995 else f"; warm-up: lr x {factor:.2f} at update {batches + 1:,}"
+    decay = "the product of the decays so far" if config.ramps else f"{config.decay_rate:g}^t"
+    return (
+        f"; warm-up: lr x sqrt(1 - {decay}) at update t "
+        f"(x{config.warmup_factor(0):.2g} at the first, x{config.warmup_factor(99):.2g} at the 100th)"
     )
 
 
@@ -146,20 +163,21 @@ def optimiser_settings(config: TrainConfig, resumed: bool = False) -> str:
     )
 
 
-FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.02; 0.073 collapsed a batch of 60
+FIRST_STEP_WARNING = 0.045  # the batch rule keeps it at 0.02 (lr itself warmed up); 0.073 collapsed a batch of 60
 
 
 def first_step_warning(config: TrainConfig) -> str | None:
-    """A warning when RMSProp's first step, about lr / sqrt(1 - decay) per weight (its
-    cache starts at zero), is well above the 0.02 the batch rule keeps."""
+    """A warning when RMSProp's first step is well above the 0.02 per weight the batch
+    rule keeps without the warm-up: about lr / sqrt(1 - decay) from a zero cache, and
+    lr itself with --warmup on."""
     _, lr, decay = config.update_settings(0)  # with a ramp, its first batch's
-    step = lr / max(1e-12, 1 - decay) ** 0.5
+    step = lr * config.warmup_factor(0) / max(1e-12, 1 - decay) ** 0.5
     if step <= FIRST_STEP_WARNING:
         return None
+    how = "lr, warmed up" if config.warmup == "on" else "lr / sqrt(1 - decay); the batch rule keeps it at 0.02"
     return (
         f"pgpong: warning: the first update will move each weight by about {step:.3g} "
-        f"(lr / sqrt(1 - decay)); the batch rule keeps it at 0.02, and 0.073 made a batch of 60 "
-        'lose every point from then on (README "Learning")'
+        f'({how}), and 0.073 made a batch of 60 lose every point from then on (README "Learning")'
     )
 
 

@@ -29,14 +29,14 @@ class TrainingDiverged(RuntimeError):
     """The weights, the RMSProp cache or a gradient became NaN or infinite."""
 
 
-def _check_finite(params: Params, what: str, batch: int, optimizer: RMSProp, batch_size: int) -> None:
+def _check_finite(params: Params, what: str, batch: int, rate: str, batch_size: int) -> None:
     # Checked before the batch's row and checkpoint are written: the last good
     # checkpoint stays the newest, and no NaN reaches the disk.
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
+        lr, decay = batch_rule(batch_size)
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({optimizer.learning_rate:g}, RMSProp decay {optimizer.decay_rate:g}; the batch rule gives "
-            f"{batch_rule(batch_size)[0]:g} and {batch_rule(batch_size)[1]:g} for this batch of {batch_size}): "
+            f"({rate}; the batch rule gives lr {lr:g} and decay {decay:g} for this batch of {batch_size}): "
             "nothing of this batch was written"
         )
 
@@ -74,7 +74,9 @@ class Trainer:
         cfg, state, pool = self.config, self.state, self.pool
         began, clock = time.monotonic(), PhaseClock()
         replaced_before = pool.replaced
-        batch_size, self.optimizer.learning_rate, self.optimizer.decay_rate = cfg.update_settings(state.episodes)
+        batch_size, learning_rate, self.optimizer.decay_rate = cfg.update_settings(state.episodes)
+        warmup = cfg.warmup_factor(state.batch)  # 1 with --warmup off
+        self.optimizer.learning_rate = learning_rate * warmup
         episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(batch_size)]
         grad = state.weights.zeros_like()
         scores: list[float] = []
@@ -96,7 +98,8 @@ class Trainer:
                 chunk.grad.add_to(grad)
         with clock("checkpoint write"):  # the previous batch's, written while this one played:
             self.checkpoints.wait()  # done before the step below changes the arrays it reads
-        checked = (state.batch + 1, self.optimizer, batch_size)
+        rate = f"lr {learning_rate:g}" + (f" x warm-up {warmup:.2f}" if cfg.warmup == "on" else "")
+        checked = (state.batch + 1, f"{rate}, RMSProp decay {self.optimizer.decay_rate:g}", batch_size)
         _check_finite(grad, "the batch's summed gradient", *checked)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
