@@ -40,32 +40,34 @@ def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: P
 
 def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dict, pool=None):
     """Train with the library API (LocalPool for workers=0, else a RayPool); returns the state."""
-    import io
-
-    from pgpong.rundir import create_run_files, open_run
-    from pgpong.runlog import RunLog
-    from pgpong.trainer import Trainer
-    from pgpong.workers import WorkerSettings, open_pool
+    from pgpong.pool import open_pool
+    from pgpong.rundir import open_run
+    from pgpong.session import open_trainer, worker_settings
 
     run = open_run(run_dir, {**settings, "iterations": iterations, "workers": workers})
-    create_run_files(run, {})
-    cfg = run.config
     own = pool is None
     if own:
-        pool = open_pool(WorkerSettings(cfg.env_id, cfg.max_episode_steps, cfg.gamma), workers, address=None)
+        pool = open_pool(worker_settings(run.config), workers, address=None)
     try:
-        return Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+        with open_trainer(run, pool, {}, tensorboard=False) as trainer:
+            return trainer.train()
     finally:
         if own:
             pool.close()
+
+
+def train_on(run, pool):
+    """Train `run` on `pool` (a scripted one, say) until its --iterations; returns the state."""
+    from pgpong.session import open_trainer
+
+    with open_trainer(run, pool, {}, tensorboard=False) as trainer:
+        return trainer.train()
 
 
 class ScriptedPool:
     """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
 
     replaced = 0
-    last_batch_seconds: dict[str, float] = {}
-    last_batch_bytes = 0
 
     @property
     def num_workers(self):
@@ -78,9 +80,12 @@ class ScriptedPool:
         self.scores = iter(scores)
 
     def play_batch(self, weights, episodes, finished=lambda result: None):
-        from pgpong.reduce import chunk_sizes, sum_in_chunks
+        from pgpong.chunks import chunk_sizes
+        from pgpong.pool import BatchMeasures, PlayedBatch
+        from pgpong.pool.sums import sum_in_chunks
 
-        return sum_in_chunks(self.results(weights, episodes), chunk_sizes(len(episodes)), finished)
+        chunks = sum_in_chunks(self.results(weights, episodes), chunk_sizes(len(episodes)), finished)
+        return PlayedBatch(chunks, BatchMeasures())
 
     def results(self, weights, episodes):
         """The episodes' results, in order (subclasses change them)."""

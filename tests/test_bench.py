@@ -148,7 +148,7 @@ def test_bench_text_output_has_every_table():
 @pytest.mark.parametrize(("env_id", "low", "high"), [("ALE/Pong-v5", 4, 4), ("Pong-v0", 2, 4)])
 def test_raw_emulation_steps_frameskip_frames_per_step_inside_ale(env_id, low, high):
     from pgpong.bench import BenchWorker
-    from pgpong.workers import WorkerSettings
+    from pgpong.pool import WorkerSettings
 
     worker = BenchWorker(WorkerSettings(env_id))
     run = worker.raw_play(0.3, seed=5)

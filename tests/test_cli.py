@@ -318,7 +318,7 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
     proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "default"))
     assert proc.returncode == 0, proc.stderr
-    # No --lr: the batch rule's values for 60 (README "Learning"), said on the first line.
+    # No --lr: the batch rule's values for 60 (docs/LEARNING.md), said on the first line.
     assert "batch 60, lr 0.0049 = 0.002 x sqrt(60/10), RMSProp decay 0.94 = 1 - 0.01 x 60/10 (the batch rule)" in (
         proc.stdout
     )
@@ -352,7 +352,7 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
 
 def test_a_first_step_far_above_the_rules_is_warned_about():
     from pgpong.config import TrainConfig
-    from pgpong.session import first_step_warning
+    from pgpong.schedule import first_step_warning
 
     for warmup in ("on", "off"):
         assert first_step_warning(TrainConfig(warmup=warmup)) is None  # 2e-3 / sqrt(0.01) = 0.02 at most

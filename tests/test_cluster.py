@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, run_pgpong, train_in_process
+from faults import set_fault
+from pgpong.pool import WorkerSettings
+from pgpong.pool.ray_pool import RayPool
 from pgpong.runlog import read_progress
-from pgpong.workers import TEST_FAULT, RayPool, WorkerSettings
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
 STORE = 150 * 1024**2
@@ -50,7 +52,7 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
     c, worker_node = cluster
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     started = tmp_path / "batch-2-started"
-    monkeypatch.setenv(TEST_FAULT, f"mark:1:{started}")  # a worker marks its first episode of batch 2
+    set_fault(monkeypatch, f"mark:1:{started}")  # a worker marks its first episode of batch 2
     pool = RayPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 2)
     assert pool.num_workers == 2
     run_dir = tmp_path / "run"
@@ -79,7 +81,7 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
         c.add_node(num_cpus=1, object_store_memory=STORE)
         with hang_guard(90):
             while pool.num_workers < 2:
-                pool._poll_starting(timeout=1.0)  # what play_batch does between episodes
+                pool.crew.poll_starting(timeout=1.0)  # what play_batch does between episodes
         assert pool.nodes() == 2
         state = train_in_process(run_dir, 2, 5, SETTINGS, pool=pool)
     finally:

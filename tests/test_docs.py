@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_pgpong
-from pgpong.config import BenchOptions, TrainConfig
+from pgpong.bench.options import BenchOptions
+from pgpong.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = {"no limit": None, "full matches": None, "CPUs of the Ray cluster": None, "the CPUs of the Ray cluster": None}

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from conftest import PGPONG, hang_guard, run_pgpong, train_in_process
+from faults import fault_env, set_fault
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import Params
+from pgpong.pool import Limits, PoolError, WorkerSettings
+from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import read_progress
-from pgpong.workers import TEST_FAULT, PoolError, RayPool, WorkerSettings
 
 SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500)
 
@@ -37,7 +39,7 @@ def assert_same_weights(state, expected):
 def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_instance, reference, monkeypatch):
     """A worker killed (SIGKILL) at its first episode of batch 2: an event, not a sleep."""
     marker = tmp_path / "killed.pid"
-    monkeypatch.setenv(TEST_FAULT, f"die:1:{marker}")
+    set_fault(monkeypatch, f"die:1:{marker}")
     pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2)
     victims = pool.call_all("pid")  # the workers' process ids
     run_dir = tmp_path / "run"
@@ -53,17 +55,14 @@ def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_inst
 
 
 def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
-    monkeypatch.setenv(TEST_FAULT, "start")
+    set_fault(monkeypatch, "start")
     with pytest.raises(PoolError, match="could not start.*test fault"):  # gives up instead of retrying forever
         RayPool(WorkerSettings("ALE/Pong-v5", 100), 2)
 
 
 def test_a_hung_worker_ends_the_batch_at_the_stall_limit(ray_instance, monkeypatch):
-    import pgpong.workers
-
-    monkeypatch.setattr(pgpong.workers, "STALL_SECONDS", 3.0)  # 600 s in real runs
-    monkeypatch.setenv(TEST_FAULT, "hang")  # every episode sleeps for an hour
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2)
+    set_fault(monkeypatch, "hang")  # every episode sleeps for an hour
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2, limits=Limits(stall_s=3.0))  # 600 s in real runs
     try:
         with hang_guard(60), pytest.raises(PoolError, match="no episode finished in 3 s"):
             list(pool.play_batch(Params.initial(8, 0), [EpisodeId(0, 0, k) for k in range(2)]))
@@ -75,7 +74,7 @@ def test_workers_that_cannot_be_placed_end_at_the_start_limit(ray_instance):
     taken = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2)  # both CPUs of the instance
     try:
         with hang_guard(60), pytest.raises(PoolError, match="no rollout worker started within 3 s"):
-            RayPool(WorkerSettings("ALE/Pong-v5", 50), 1, start_timeout=3.0)
+            RayPool(WorkerSettings("ALE/Pong-v5", 50), 1, limits=Limits(start_s=3.0))
     finally:
         taken.close()
 
@@ -83,7 +82,7 @@ def test_workers_that_cannot_be_placed_end_at_the_start_limit(ray_instance):
 @pytest.mark.long
 def test_worker_that_cannot_start_ends_the_cli_run_with_status_1(tmp_path):
     proc = run_pgpong(
-        "train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env={TEST_FAULT: "start"}, timeout=120
+        "train", "--iterations", "1", "--run-dir", str(tmp_path / "run"), env=fault_env("start"), timeout=120
     )
     assert proc.returncode == 1, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pgpong:")]
@@ -128,7 +127,7 @@ def test_worker_crashing_on_every_episode_ends_the_run_with_status_1(tmp_path):
         "16",
         "--run-dir",
         str(run_dir),
-        env={TEST_FAULT: "crash:1"},
+        env=fault_env("crash:1"),
         timeout=120,
     )
     assert proc.returncode == 1, proc.stderr
@@ -167,7 +166,7 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     worker has started an episode of batch 3 (mid-batch): events, not delays."""
     run_dir, marker = tmp_path / "run", tmp_path / "batch-3-started"
     # batch index 2 is the third batch; in one process the kill follows batch 1's row
-    env = {**os.environ, TEST_FAULT: f"mark:2:{marker}"} if workers != "0" else None
+    env = {**os.environ, **fault_env(f"mark:2:{marker}")} if workers != "0" else None
     proc = subprocess.Popen(
         [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers],
         stdout=subprocess.PIPE,
@@ -332,9 +331,11 @@ def test_a_frozen_worker_is_ended_and_its_episodes_played_elsewhere(tmp_path, ra
     """A worker stopped with SIGSTOP at its first episode of batch 2 (an event, not a
     sleep) is ended once silent for the stuck limit, and the weights do not change."""
     marker = tmp_path / "frozen.pid"
-    monkeypatch.setenv(TEST_FAULT, f"stop:1:{marker}")
+    set_fault(monkeypatch, f"stop:1:{marker}")
     floor = 3.0
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2, stuck_floor=floor)
+    pool = RayPool(
+        WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2, limits=Limits(stuck_floor_s=floor)
+    )
     run_dir = tmp_path / "run"
     try:
         with hang_guard(120):

@@ -164,7 +164,7 @@ def test_the_batch_rule_keeps_rmsprops_first_step_at_batch_10s_size(batch_size):
     """RMSProp's cache starts at zero, so its first step moves each weight by about
     lr / sqrt(1 - decay): 0.02 at batch 10. The rule keeps that for bigger batches (to
     the rounding of the rate), where sqrt(k) x lr at decay 0.99 would move it 2-5 times as
-    far (the collapse measured at batch 60, README "Learning")."""
+    far (the collapse measured at batch 60, docs/LEARNING.md)."""
     from pgpong.config import TrainConfig
 
     config = TrainConfig(batch_size=batch_size)

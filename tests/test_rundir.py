@@ -2,7 +2,6 @@
 anything is written, and the files a run keeps (config.json, progress.csv, checkpoints)."""
 
 import dataclasses
-import io
 import json
 import re
 import time
@@ -10,13 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ScriptedPool
+from conftest import ScriptedPool, train_on
 from pgpong.checkpoint import TrainingState, save_checkpoint
 from pgpong.config import ConfigError, TrainConfig
 from pgpong.policy import Params
 from pgpong.rundir import check_run_dir_writable, create_run_files, default_run_dir, open_run
-from pgpong.runlog import RunLog, read_progress
-from pgpong.trainer import Trainer
+from pgpong.runlog import read_progress
 
 SETTINGS: dict = dict(seed=7, batch_size=2, hidden=8, max_episode_steps=50)
 LEARNING = [f for f in dataclasses.fields(TrainConfig) if f.metadata["learning"]]
@@ -125,12 +123,11 @@ def test_stale_temporary_checkpoints_are_removed_on_resume_and_finished_ones_kep
 
 def test_wall_time_adds_up_across_resumes(tmp_path):
     run = new_run(tmp_path / "r", iterations=2)
-    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    train_on(run, ScriptedPool([-21.0] * 4))
     first = [float(r["wall_s"]) for r in read_progress(run.progress_path)]
     again = open_run(tmp_path / "r", {"iterations": 4})
     assert again.state.wall_s == pytest.approx(first[-1], abs=1e-6)  # the checkpoint carries it (csv: rounded)
-    create_run_files(again, {})
-    Trainer(again, ScriptedPool([-21.0] * 4), RunLog(again.progress_path, out=io.StringIO())).train()
+    train_on(again, ScriptedPool([-21.0] * 4))
     walls = [float(r["wall_s"]) for r in read_progress(run.progress_path)]
     batch_s = [float(r["batch_s"]) for r in read_progress(run.progress_path)]
     assert walls[:2] == first
@@ -188,8 +185,7 @@ def test_huge_config_json_is_refused_unread(tmp_path):
 
 def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
-    create_run_files(run, {})
-    Trainer(run, ScriptedPool([-21.0] * 4), RunLog(run.progress_path, out=io.StringIO())).train()
+    train_on(run, ScriptedPool([-21.0] * 4))
     text = run.progress_path.read_text()
     run.progress_path.write_text(text + "3,6,600,1.")  # batch 3's row, cut short
     (run.checkpoint_dir / "ckpt-000002.npz").unlink()  # and the driver died before its checkpoint

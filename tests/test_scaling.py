@@ -1,24 +1,8 @@
-"""The scaling model (scaling.py) and the rule that hands chunks to nodes."""
+"""The scaling model (scaling.py)."""
 
 import pytest
 
-from pgpong.leaders import _shares, assign_units
 from pgpong.scaling import PHASES, best_whole_matches, makespan, node_makespan, predict
-
-
-def test_chunks_go_to_nodes_in_proportion_to_their_workers():
-    given = assign_units(19, [18] * 11)  # batch 300 on 11 x 18: 19 chunks
-    assert sorted(len(units) for units in given) == [1] * 3 + [2] * 8
-    assert sorted(u for units in given for u in units) == list(range(19))
-    assert assign_units(4, [1, 3]) == [[2], [0, 1, 3]]  # the tie at unit 2 goes to the first
-    assert assign_units(3, [2, 2, 2]) == [[0], [1], [2]]
-
-
-def test_workers_spread_over_nodes_by_their_cpus():
-    assert _shares(6, [2, 2, 2]) == [2, 2, 2]
-    assert _shares(5, [2, 2, 2]) == [2, 2, 1]
-    assert _shares(100, [1, 3]) == [1, 3]  # never more than a node has
-    assert sum(_shares(198, [18] * 11)) == 198
 
 
 def test_makespan_of_equal_matches_counts_the_waves():

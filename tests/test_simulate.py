@@ -6,7 +6,8 @@ import json
 import pytest
 
 from conftest import run_pgpong
-from pgpong.bench.simulate import Shape, bank_index
+from pgpong.bench.options import Shape
+from pgpong.bench.simulate import bank_index
 from pgpong.rollout import EpisodeId
 
 

@@ -1,18 +1,16 @@
 """The training loop: bit-identical across worker counts and across a resume."""
 
-import io
 import os
 import signal
 
 import numpy as np
 import pytest
 
-from conftest import ScriptedPool, train_in_process
+from conftest import ScriptedPool, train_in_process, train_on
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import EpisodeGradient
-from pgpong.rundir import create_run_files, open_run
-from pgpong.runlog import RunLog, read_progress
-from pgpong.trainer import Trainer
+from pgpong.rundir import open_run
+from pgpong.runlog import read_progress
 
 SETTINGS = dict(seed=7, batch_size=4, hidden=32, max_episode_steps=250)
 TIME_COLUMNS = {"wall_s", "batch_s", "steps_per_s", "workers", "barrier_s"}
@@ -75,8 +73,7 @@ def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
 def test_running_reward_follows_the_spec(tmp_path):
     scores = [-21.0, -19.0, -20.0, 5.0]
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
-    create_run_files(run, {})
-    Trainer(run, ScriptedPool(scores), RunLog(run.progress_path, out=io.StringIO())).train()
+    train_on(run, ScriptedPool(scores))
     expected, r = [], None
     for s in scores:
         r = s if r is None else 0.99 * r + 0.01 * s
@@ -109,10 +106,8 @@ def test_non_finite_gradient_stops_the_run_before_anything_is_written(tmp_path):
     from pgpong.trainer import TrainingDiverged
 
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
-    create_run_files(run, {})
-    trainer = Trainer(run, PoisonedPool([-21.0] * 6, from_batch=1), RunLog(run.progress_path, out=io.StringIO()))
     with pytest.raises(TrainingDiverged, match="batch 2: the batch's summed gradient became NaN.*learning rate"):
-        trainer.train()
+        train_on(run, PoisonedPool([-21.0] * 6, from_batch=1))
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
     assert [p.name for p in list_checkpoints(run.checkpoint_dir)] == ["ckpt-000001.npz"]
     assert np.isfinite(load_checkpoint(run.checkpoint_dir / "ckpt-000001.npz").weights.W1).all()
@@ -134,9 +129,8 @@ def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
     from pgpong.rollout import EpisodeId, episode_seeds
 
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
-    create_run_files(run, {})
     pool = RecordingPool([-21.0] * 6)
-    Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+    train_on(run, pool)
     assert pool.asked == [[EpisodeId(7, i, k) for k in range(2)] for i in range(3)]
     # ... and an episode id means SeedSequence([seed, batch, episode]): one stream for the
     # environment, one for the action draws.
@@ -148,16 +142,17 @@ def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
 
 def test_the_warm_up_factor_is_the_part_of_the_cache_filled():
     from pgpong.config import TrainConfig
+    from pgpong.schedule import warmup_factor
 
     on = TrainConfig(warmup="on")
-    assert on.warmup_factor(0) == pytest.approx(0.1)  # sqrt(1 - 0.99)
-    assert on.warmup_factor(99) == pytest.approx((1 - 0.99**100) ** 0.5)  # 0.80
-    assert TrainConfig(batch_size=60, warmup="on").warmup_factor(2) == pytest.approx((1 - 0.94**3) ** 0.5)
-    assert TrainConfig().warmup_factor(0) == 1.0  # off by default
+    assert warmup_factor(on, 0) == pytest.approx(0.1)  # sqrt(1 - 0.99)
+    assert warmup_factor(on, 99) == pytest.approx((1 - 0.99**100) ** 0.5)  # 0.80
+    assert warmup_factor(TrainConfig(batch_size=60, warmup="on"), 2) == pytest.approx((1 - 0.94**3) ** 0.5)
+    assert warmup_factor(TrainConfig(), 0) == 1.0  # off by default
     # A ramp of 10 -> 30 over 40 matches: updates of 10 (decay 0.99) and 15 (0.985) matches.
     ramp = TrainConfig(batch_size=30, ramp_from=10, ramp_matches=40, warmup="on")
-    assert ramp.warmup_factor(1) == pytest.approx((1 - 0.99 * 0.985) ** 0.5)
-    assert ramp.warmup_factor(100_000) == 1.0  # the cache is full long before; the walk stops early
+    assert warmup_factor(ramp, 1) == pytest.approx((1 - 0.99 * 0.985) ** 0.5)
+    assert warmup_factor(ramp, 100_000) == 1.0  # the cache is full long before; the walk stops early
 
 
 @pytest.mark.parametrize(("warmup", "first_rate"), [("off", 0.02), ("on", 0.02 * 0.1**0.5)])
@@ -230,9 +225,8 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if this run inherited it ignored
     try:
         run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
-        create_run_files(run, {})
         with pytest.raises(KeyboardInterrupt):
-            Trainer(run, ScriptedPool([-21.0] * 6), RunLog(run.progress_path, out=io.StringIO())).train()
+            train_on(run, ScriptedPool([-21.0] * 6))
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
@@ -246,9 +240,9 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
     """--ramp-from 10 --batch-size 30 --ramp-matches 40: batches of 10, 15, 22, 30, 30
     (after 0, 10, 25, 47, 77 matches), each stepped with the batch rule's rate and decay
     for its own size; and a run resumed in the middle of a ramp is the one-go run."""
-    from pgpong.config import batch_rule
     from pgpong.policy import RMSProp
     from pgpong.rollout import EpisodeId
+    from pgpong.schedule import batch_rule
 
     steps: list[tuple[float, float]] = []
     step = RMSProp.step
@@ -263,9 +257,8 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
         steps.clear()
         ramp = {**SETTINGS, "batch_size": 30, "ramp_from": 10, "ramp_matches": 40, "iterations": 5, "warmup": warmup}
         run = open_run(tmp_path / warmup, ramp)
-        create_run_files(run, {})
         pool = RecordingPool([-21.0] * 107)
-        Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO())).train()
+        train_on(run, pool)
         assert pool.asked == [[EpisodeId(7, i, k) for k in range(b)] for i, b in enumerate(sizes)]
         assert [row["batch_episodes"] for row in read_progress(run.progress_path)] == [str(b) for b in sizes]
         if warmup == "off":

@@ -12,8 +12,8 @@ from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
 from pgpong.policy import Params
+from pgpong.pool import Pool
 from pgpong.rollout import EpisodeId, MatchResult, play_match
-from pgpong.workers import Pool
 
 # Matches use their own seed stream: match k of an evaluation seeded s is played as
 # "episode k of batch EVAL_STREAM", a batch number no training run reaches.

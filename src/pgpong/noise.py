@@ -33,8 +33,9 @@ def per_match_gradients(weights: Params, matches: int, seed: int, env_id: str, m
     played in this process with the training's own seeds and code."""
     from threadpoolctl import threadpool_limits
 
+    from pgpong.pool import WorkerSettings
+    from pgpong.pool.worker import RolloutWorker
     from pgpong.rollout import EpisodeId
-    from pgpong.workers import RolloutWorker, WorkerSettings
 
     worker = RolloutWorker(WorkerSettings(env_id, max_episode_steps, 0.99), pin_threads=False)
     with threadpool_limits(1):

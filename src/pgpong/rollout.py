@@ -59,7 +59,7 @@ class EpisodeResult:
 @dataclass
 class EpisodeStats:
     """An episode without its gradient: what the driver keeps once the gradient is
-    in its chunk's sum (reduce.py)."""
+    in its chunk's sum (pool/sums.py)."""
 
     episode: EpisodeId
     score: float

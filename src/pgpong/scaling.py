@@ -3,8 +3,8 @@ constants measured on this project's machine (docs/SCALING.md says how).
 
     seconds per update = play + overhead
       play      the makespan of the batch's matches under pgpong's own rules: chunks of
-                16 episodes (reduce.py) handed to nodes in proportion to their workers
-                (leaders.assign_units), each node's episodes to its first free worker
+                16 episodes (chunks.py) handed to nodes in proportion to their workers
+                (chunks.assign_units), each node's episodes to its first free worker
                 in episode order; a match lasts its steps at the per-core speed, plus
                 Ray's pause between two matches of a worker
       overhead  what an update adds beyond its matches, measured on one uncontended
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.leaders import assign_units
-from pgpong.reduce import chunk_sizes
+from pgpong.chunks import assign_units, chunk_sizes
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
 # --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
@@ -119,7 +118,7 @@ def node_makespan(durations: list[float], workers: int, pause: float) -> float:
 
 def makespan(durations: list[float], node_workers: list[int], pause: float) -> float:
     """The batch's playing time under pgpong's rules: on one node, every episode to
-    the first free worker; on several, chunks to nodes (leaders.assign_units)."""
+    the first free worker; on several, chunks to nodes (chunks.assign_units)."""
     if len(node_workers) == 1:
         return node_makespan(durations, node_workers[0], pause)
     sizes = chunk_sizes(len(durations))
@@ -260,6 +259,7 @@ def _setting(path: Path, batch: int) -> str:
     """How a run is grouped: its batch size, with the learning rate and decay that its
     config.json records (a bare progress file says only its batch size)."""
     from pgpong.config import ConfigError, load_config
+    from pgpong.schedule import ramps
 
     config_file = path.parent / "config.json"
     if path.name != "progress.csv" or not config_file.exists():
@@ -269,7 +269,7 @@ def _setting(path: Path, batch: int) -> str:
     except (ConfigError, OSError):
         return str(batch)
     warmed = ", warm-up" if config.warmup == "on" else ""
-    if config.ramps:
+    if ramps(config):
         return (
             f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches "
             f"(the batch rule{warmed})"

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from pgpong import schedule
 from pgpong.checkpoint import TrainingState, save_checkpoint
-from pgpong.config import batch_rule
 from pgpong.policy import Params, RMSProp
+from pgpong.pool import Pool
 from pgpong.rollout import EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
-from pgpong.workers import Pool
 
 RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
 
@@ -29,15 +29,13 @@ class TrainingDiverged(RuntimeError):
     """The weights, the RMSProp cache or a gradient became NaN or infinite."""
 
 
-def _check_finite(params: Params, what: str, batch: int, rate: str, batch_size: int) -> None:
+def _check_finite(params: Params, what: str, batch: int, step: str, batch_size: int) -> None:
     # Checked before the batch's row and checkpoint are written: the last good
     # checkpoint stays the newest, and no NaN reaches the disk.
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
-        lr, decay = batch_rule(batch_size)
         raise TrainingDiverged(
             f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({rate}; the batch rule gives lr {lr:g} and decay {decay:g} for this batch of {batch_size}): "
-            "nothing of this batch was written"
+            f"({step}; {schedule.divergence_advice(batch_size)}): nothing of this batch was written"
         )
 
 
@@ -73,9 +71,8 @@ class Trainer:
         """One synchronous update: play the batch, sum its gradients, step, log, checkpoint."""
         cfg, state, pool = self.config, self.state, self.pool
         began, clock = time.monotonic(), PhaseClock()
-        replaced_before = pool.replaced
-        batch_size, learning_rate, self.optimizer.decay_rate = cfg.update_settings(state.episodes)
-        warmup = cfg.warmup_factor(state.batch)  # 1 with --warmup off
+        batch_size, learning_rate, self.optimizer.decay_rate = schedule.update_settings(cfg, state.episodes)
+        warmup = schedule.warmup_factor(cfg, state.batch)  # 1 with --warmup off
         self.optimizer.learning_rate = learning_rate * warmup
         episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(batch_size)]
         grad = state.weights.zeros_like()
@@ -93,13 +90,15 @@ class Trainer:
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
-        for chunk in pool.play_batch(state.weights, episodes, finished):  # chunk sums, in chunk order (reduce.py)
+        played = pool.play_batch(state.weights, episodes, finished)
+        for chunk in played:  # chunk sums, in chunk order (pool/sums.py)
             with clock("sum gradients"):
                 chunk.grad.add_to(grad)
+        measured = played.measures
         with clock("checkpoint write"):  # the previous batch's, written while this one played:
             self.checkpoints.wait()  # done before the step below changes the arrays it reads
-        rate = f"lr {learning_rate:g}" + (f" x warm-up {warmup:.2f}" if cfg.warmup == "on" else "")
-        checked = (state.batch + 1, f"{rate}, RMSProp decay {self.optimizer.decay_rate:g}", batch_size)
+        step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
+        checked = (state.batch + 1, step, batch_size)
         _check_finite(grad, "the batch's summed gradient", *checked)
         with clock("rmsprop step"):
             self.optimizer.step(state.weights, grad)
@@ -117,17 +116,17 @@ class Trainer:
             scores,
             lengths,
             workers=pool.num_workers,
-            workers_replaced=pool.replaced - replaced_before,
-            barrier_s=pool.last_batch_seconds.get("barrier", 0.0),
+            workers_replaced=measured.replaced,
+            barrier_s=measured.barrier_s or 0.0,
         )
-        phases = dict(pool.last_batch_seconds)  # the pool's own summing, if any, and the driver's below
+        phases = dict(measured.phases())  # the pool's own (publish, its summing, the barrier), the driver's below
         for name, seconds in clock.seconds.items():
             phases[name] = phases.get(name, 0.0) + seconds
         self.log.show(row, phases)
         # On disk while the next batch plays; its progress.csv row follows it there.
         self.checkpoints.write(state, then=lambda: self.log.record(row, phases))
         self._last_end = time.monotonic()
-        return BatchReport(row, phases, dict(worker_time), durations, pool.last_batch_bytes)
+        return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in)
 
 
 class CheckpointWriter:
@@ -181,11 +180,14 @@ class CheckpointWriter:
             raise error
 
     def close(self) -> None:
-        """Wait for the last write, then let the thread go."""
+        """Wait for the last write, then let the thread go (once; later calls do nothing)."""
+        if not self._thread.is_alive():
+            return
         try:
             self.wait()
         finally:
             self._jobs.put(None)
+            self._thread.join()
 
 
 @dataclasses.dataclass

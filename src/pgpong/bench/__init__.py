@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from pgpong.bench.options import BenchOptions
 from pgpong.bench.throughput import BenchWorker, format_report, measure
-from pgpong.config import BenchOptions
 from pgpong.runlog import LiveLine
 
 __all__ = ["BenchWorker", "format_report", "print_report", "run_bench"]

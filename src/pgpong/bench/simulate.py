@@ -28,44 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pgpong.bench.options import BenchOptions, Shape
 from pgpong.bench.updates import scratch_trainer, update_table, updates
 from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
-from pgpong.config import BenchOptions
 from pgpong.policy import Params
+from pgpong.pool import WorkerSettings, open_pool
+from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.worker import PublishedWeights, WeightsCache, WorkerKind, publish
 from pgpong.rollout import EpisodeId, EpisodeResult
-from pgpong.workers import PublishedWeights, RayPool, WeightsCache, WorkerKind, WorkerSettings, open_pool
-
-MAX_SLOTS = 32  # simulated workers per process at most
-
-
-@dataclass(frozen=True)
-class Shape:
-    """NODES x CPUS: a cluster of `nodes` nodes with `cpus` CPUs each."""
-
-    nodes: int
-    cpus: int
-
-    @classmethod
-    def parse(cls, text: str) -> Shape:
-        nodes, sep, cpus = text.lower().partition("x")
-        if not (sep and nodes.strip().isdigit() and cpus.strip().isdigit()):
-            raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
-        shape = cls(int(nodes), int(cpus))
-        if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):
-            raise ValueError(f"--simulate {text}: at most 64 nodes of at most 512 CPUs each")
-        return shape
-
-    @property
-    def workers(self) -> int:
-        return self.nodes * self.cpus
-
-    @property
-    def per_process(self) -> int:
-        """Simulated workers per process: the largest divisor of CPUS up to MAX_SLOTS."""
-        return max(d for d in range(1, min(self.cpus, MAX_SLOTS) + 1) if self.cpus % d == 0)
-
-    def __str__(self) -> str:
-        return f"{self.nodes}x{self.cpus}"
 
 
 class SimulatedWorkers:
@@ -133,7 +103,7 @@ def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int
     pool = RayPool(settings, workers, node_id=head)
     try:
         ids = [EpisodeId(seed, 2**31, k) for k in range(matches)]  # a batch number no run reaches
-        played = list(pool.run_batch("play", pool.publish(weights), ids))
+        played = list(pool.run_batch("play", publish(weights)[0], ids))
     finally:
         pool.close()
     # the median match's pace: a worker's first match also pays for its start

@@ -19,15 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from pgpong.bench.options import BenchOptions
 from pgpong.bench.updates import scratch_trainer, update_table, updates
 from pgpong.cluster import stop_ray
-from pgpong.config import BenchOptions
 from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
-from pgpong.leaders import ClusterPool
 from pgpong.policy import Params
+from pgpong.pool import Limits, WorkerSettings, open_pool
+from pgpong.pool.cluster_pool import ClusterPool
+from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.worker import RolloutWorker, WorkerKind
 from pgpong.rollout import EpisodeId
 from pgpong.trainer import BatchReport
-from pgpong.workers import STALL_SECONDS, START_SECONDS, RayPool, RolloutWorker, WorkerSettings, open_pool
 
 BenchPool = RayPool | ClusterPool
 
@@ -159,7 +161,7 @@ def measure(opts: BenchOptions, say: Callable[[str], None], status: Callable[[st
     """Every figure of `pgpong bench` on real workers (this machine or a cluster)."""
     try:
         settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
-        pool = open_pool(settings, opts.workers, opts.address, note=say, worker_class=BenchWorker)
+        pool = open_pool(settings, opts.workers, opts.address, note=say, kind=WorkerKind(BenchWorker))
         assert isinstance(pool, RayPool | ClusterPool)  # bench measures Ray workers: --workers 0 is refused
         workers = pool.num_workers
         try:
@@ -332,10 +334,10 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     probe_class = ray.remote(num_cpus=1)(BenchWorker)
     probe: Any = probe_class.remote(WorkerSettings(opts.env_id, opts.memory_steps), endless=True)
     try:
-        before = ray.get(probe.peak_rss.remote(), timeout=START_SECONDS)
+        before = ray.get(probe.peak_rss.remote(), timeout=Limits().start_s)
         episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))
-        result = ray.get(episode, timeout=STALL_SECONDS)
-        peak = ray.get(probe.peak_rss.remote(), timeout=STALL_SECONDS)
+        result = ray.get(episode, timeout=Limits().stall_s)
+        peak = ray.get(probe.peak_rss.remote(), timeout=Limits().stall_s)
     finally:
         ray.kill(probe)
     return {

@@ -4,7 +4,6 @@ durations, their ratio, the driver's CPU time and the gradient bytes it received
 
 from __future__ import annotations
 
-import io
 import os
 import statistics
 import tempfile
@@ -15,11 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pgpong.config import BenchOptions
-from pgpong.rundir import create_run_files, open_run
-from pgpong.runlog import RunLog
+from pgpong.bench.options import BenchOptions
+from pgpong.pool import Pool
+from pgpong.rundir import open_run
+from pgpong.session import open_trainer
 from pgpong.trainer import BatchReport, Trainer
-from pgpong.workers import Pool
 
 
 @contextmanager
@@ -32,14 +31,11 @@ def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator
         "max_episode_steps": opts.max_episode_steps,
         "keep_checkpoints": 1,
     }
-    with tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch:
-        run = open_run(Path(scratch) / "run", settings)
-        create_run_files(run, {"bench": True})
-        trainer = Trainer(run, pool, RunLog(run.progress_path, out=io.StringIO()))
-        try:
-            yield trainer
-        finally:
-            trainer.checkpoints.close()  # before the scratch directory goes
+    with (
+        tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch,
+        open_trainer(open_run(Path(scratch) / "run", settings), pool, {"bench": True}, tensorboard=False) as trainer,
+    ):
+        yield trainer  # its checkpoints are closed before the scratch directory goes
 
 
 def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None]) -> dict[str, Any]:

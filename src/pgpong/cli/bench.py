@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
+from pgpong.bench.options import BenchOptions
 from pgpong.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT, fail
-from pgpong.config import BenchOptions, add_flags, given
+from pgpong.config import add_flags, given
 
 
 def add_parser(sub) -> None:
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.bench import print_report, run_bench
     from pgpong.cluster import ClusterError
     from pgpong.envs import check_env_id
-    from pgpong.workers import PoolError
+    from pgpong.pool import PoolError
 
     opts = BenchOptions(**{"address": os.environ.get("RAY_ADDRESS") or None, **given(args, BenchOptions)}).validate()
     check_env_id(opts.env_id)

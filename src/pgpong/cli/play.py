@@ -100,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.cluster import ClusterError, stop_ray
     from pgpong.envs import check_env_id
     from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
+    from pgpong.pool import PoolError, WorkerSettings, open_pool
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
     from pgpong.session import where as session_where
-    from pgpong.workers import PoolError, WorkerSettings, open_pool
 
     check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
     check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")

@@ -71,10 +71,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pgpong.cluster import ClusterError
+    from pgpong.pool import PoolError
     from pgpong.rundir import RunWriteError
     from pgpong.session import TrainingSession
     from pgpong.trainer import TrainingDiverged
-    from pgpong.workers import PoolError
 
     settings = given(args, TrainConfig)
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None

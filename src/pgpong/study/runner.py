@@ -72,11 +72,10 @@ class Totals:
 
 def train_trial(config: dict[str, Any]) -> None:
     """A Tune trial: train one run directory until its stop, reporting every batch."""
-    from pgpong.rundir import check_run_dir_writable, create_run_files, open_run
-    from pgpong.runlog import RunLog, TensorBoard
-    from pgpong.session import run_info
-    from pgpong.trainer import Trainer
-    from pgpong.workers import LocalPool, RayPool, WorkerSettings
+    from pgpong.pool.local import LocalPool
+    from pgpong.pool.ray_pool import RayPool
+    from pgpong.rundir import check_run_dir_writable, open_run
+    from pgpong.session import open_trainer, run_info, worker_settings
 
     spec = config["trial"]
     directory, stops, given = Path(spec["directory"]), Stops(**spec["stops"]), spec["settings"]
@@ -86,19 +85,15 @@ def train_trial(config: dict[str, Any]) -> None:
         run = open_run(directory, given)
         check_run_dir_writable(run)
         cfg = run.config
-        settings = WorkerSettings(cfg.env_id, cfg.max_episode_steps, cfg.gamma)
-        pool = LocalPool(settings) if not cfg.workers else RayPool(settings, cfg.workers)
-        create_run_files(run, {**run_info(None), "study": spec["study"]})
-        with open(os.devnull, "w") as quiet:
-            log = RunLog(run.progress_path, out=quiet)
-            log.outputs.append(TensorBoard(directory, run.state.env_steps if run.resumed else None, cfg.to_dict()))
-            try:
-                Trainer(run, pool, log).train(
-                    stop=lambda s: stops.reached(s.running_reward, s.env_steps, s.episodes, s.wall_s),
-                    each=lambda report: _report(report.row),
-                )
-            finally:
-                log.close()
+        pool = LocalPool(worker_settings(cfg)) if not cfg.workers else RayPool(worker_settings(cfg), cfg.workers)
+        with (
+            open(os.devnull, "w") as quiet,
+            open_trainer(run, pool, {**run_info(None), "study": spec["study"]}, quiet) as trainer,
+        ):
+            trainer.train(
+                stop=lambda s: stops.reached(s.running_reward, s.env_steps, s.episodes, s.wall_s),
+                each=lambda report: _report(report.row),
+            )
     finally:
         if pool is not None:
             pool.close()

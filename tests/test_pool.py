@@ -11,10 +11,14 @@ import numpy as np
 import pytest
 
 from conftest import hang_guard
+from faults import set_fault
 from pgpong.cluster import ClusterError, check_address
 from pgpong.policy import Params
+from pgpong.pool import WorkerSettings
+from pgpong.pool.local import LocalPool
+from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.worker import RolloutWorker, WorkerKind, publish
 from pgpong.rollout import EpisodeId
-from pgpong.workers import TEST_FAULT, LocalPool, RayPool, RolloutWorker, WorkerSettings
 
 LOCAL_RAY_PROBE = textwrap.dedent(
     """
@@ -22,7 +26,6 @@ LOCAL_RAY_PROBE = textwrap.dedent(
     import numpy as np
     from threadpoolctl import threadpool_info
     from pgpong.cluster import start_ray
-    from pgpong.workers import RayPool, WorkerSettings
     driver = [i["num_threads"] for i in threadpool_info()]
     start_ray(None, num_cpus=2)
     import ray
@@ -95,17 +98,17 @@ def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
     weights = Params.initial(16, 0)
     # Episode 0 takes 2 s longer than the others (about 0.05 s each), so it finishes
     # after all but the one queued behind it, yet it must come out first.
-    monkeypatch.setenv(TEST_FAULT, "slow:0")
+    set_fault(monkeypatch, "slow:0")
     episodes = [EpisodeId(0, 0, k) for k in range(8)]
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # PidWorker, for Ray's workers
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2, worker_class=PidWorker)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 120), 2, kind=WorkerKind(PidWorker))
     try:
         with hang_guard(120):  # on a busy machine the second worker may still be starting
             while pool.num_workers < 2:
-                pool._poll_starting(timeout=1.0)
-        results = list(pool.run_batch("play", pool.publish(weights), episodes))
+                pool.crew.poll_starting(timeout=1.0)
+        results = list(pool.run_batch("play", publish(weights)[0], episodes))
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

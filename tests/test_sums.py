@@ -1,11 +1,13 @@
-"""The fixed chunks a batch's gradients are summed in (reduce.py)."""
+"""How a batch's gradients are summed: each chunk from zero in episode order, the chunk sums in
+chunk order (pool/sums.py)."""
 
 import numpy as np
 import pytest
 
+from pgpong.chunks import CHUNK, chunk_sizes, split
 from pgpong.frames import D
 from pgpong.policy import EpisodeGradient, Params
-from pgpong.reduce import CHUNK, chunk_sizes, split, sum_in_chunks
+from pgpong.pool.sums import sum_in_chunks
 from pgpong.rollout import EpisodeId, EpisodeResult
 
 H = 8
@@ -37,12 +39,6 @@ def chunked_sum(results: list[EpisodeResult]) -> Params:
     for chunk in sum_in_chunks(results, chunk_sizes(len(results))):
         chunk.grad.add_to(total)
     return total
-
-
-@pytest.mark.parametrize("batch,sizes", [(1, [1]), (10, [10]), (16, [16]), (17, [16, 1]), (60, [16, 16, 16, 12])])
-def test_chunks_depend_on_the_batch_size_alone(batch, sizes):
-    assert chunk_sizes(batch) == sizes
-    assert [len(piece) for piece in split(list(range(batch)), sizes)] == sizes
 
 
 @pytest.mark.parametrize("batch", [1, 10, CHUNK])

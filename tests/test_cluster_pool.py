@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
-from pgpong.leaders import ClusterPool, nodes_with_cpus
-from pgpong.reduce import CHUNK, chunk_sizes
-from pgpong.workers import RayPool, WorkerSettings
+from pgpong.chunks import CHUNK, chunk_sizes
+from pgpong.pool import WorkerSettings
+from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
+from pgpong.pool.ray_pool import RayPool
+from pgpong.rollout import EpisodeId
 
 SETTINGS = dict(seed=3, batch_size=2 * CHUNK + 1, hidden=16, max_episode_steps=60)
 WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
@@ -77,9 +79,12 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
     pool = three_leaders
     assert (pool.nodes(), pool.num_workers) == (3, 3)
     state = train_in_process(tmp_path / "three", 3, 2, SETTINGS, pool=pool)
-    # the driver received one array per chunk (3), each at most a dense gradient
-    assert 0 < pool.last_batch_bytes <= 3 * (16 * 6400 * 4 + 16 * 4 + 6400 * 2)
     assert_same_state(state, reference)
+    # the driver receives one array per chunk (3), each at most a dense gradient
+    played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])])
+    assert len(list(played)) == 3
+    assert 0 < played.measures.bytes_in <= 3 * (16 * 6400 * 4 + 16 * 4 + 6400 * 2)
+    assert played.measures.barrier_s is not None and played.measures.replaced == 0
 
     head = nodes_with_cpus()[0][0]
     one_node = RayPool(WORKERS, 2, node_id=head)
@@ -94,7 +99,7 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
 def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leaders):
     from pgpong.evaluate import match_ids
     from pgpong.policy import Params
-    from pgpong.workers import LocalPool
+    from pgpong.pool.local import LocalPool
 
     weights, matches = Params.initial(16, 1), match_ids(4, 20)  # two units of matches: 16 and 4
     spread = list(three_leaders.evaluate(weights, matches))

@@ -1,0 +1,111 @@
+"""`pgpong bench`'s settings (its flags are built from them, as train's are from
+TrainConfig) and the shape of a simulated cluster (--simulate NODESxCPUS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgpong.config import ConfigError, TrainConfig, check, int_list, is_int, is_number, setting
+
+MAX_SLOTS = 32  # simulated workers per process at most
+
+
+@dataclass(frozen=True)
+class Shape:
+    """NODES x CPUS: a cluster of `nodes` nodes with `cpus` CPUs each."""
+
+    nodes: int
+    cpus: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        nodes, sep, cpus = text.lower().partition("x")
+        if not (sep and nodes.strip().isdigit() and cpus.strip().isdigit()):
+            raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
+        shape = cls(int(nodes), int(cpus))
+        if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):
+            raise ValueError(f"--simulate {text}: at most 64 nodes of at most 512 CPUs each")
+        return shape
+
+    @property
+    def workers(self) -> int:
+        return self.nodes * self.cpus
+
+    @property
+    def per_process(self) -> int:
+        """Simulated workers per process: the largest divisor of CPUS up to MAX_SLOTS."""
+        return max(d for d in range(1, min(self.cpus, MAX_SLOTS) + 1) if self.cpus % d == 0)
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.cpus}"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `pgpong bench` measures, and for how long."""
+
+    workers: int | None = setting(None, "Ray workers", shown="the CPUs of the Ray cluster")
+    env_id: str = setting("ALE/Pong-v5", "environment id", metavar="ID")
+    batch_sizes: tuple[int, ...] = setting(
+        (1, 10, 60),
+        "batch sizes of the seconds-per-update table",
+        metavar="LIST",
+        shown="1,10,60",
+        parse=int_list,
+        aliases=("--batch-size",),
+    )
+    train_batches: int = setting(
+        7, "rounds of Gymnasium's env, raw ALE and one training batch of 10, after a warm-up batch"
+    )
+    update_batches: int | None = setting(
+        None, "batches timed per batch size, after a warm-up batch", shown="2, or 5 with --simulate"
+    )
+    ceiling_seconds: float = setting(
+        10.0, "seconds of random play on raw ALE, and again on Gymnasium's env, over all rounds", metavar="S"
+    )
+    original_seconds: float = setting(10.0, "seconds the original dense algorithm plays, for comparison", metavar="S")
+    max_episode_steps: int | None = setting(None, "cut episodes short", shown="full matches")
+    memory_steps: int = setting(10_000, "length of the episode whose peak memory is measured")
+    address: str | None = setting(
+        None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else a local Ray instance"
+    )
+    seed: int = setting(0, "seed of the measured training batches")
+    simulate: str | None = setting(
+        None,
+        "measure seconds per update on a simulated cluster of NODES nodes of CPUS CPUs each (e.g. 1x64, 11x18): "
+        "real driver, Ray and sums on this machine, workers that wait as long as a real match takes",
+        metavar="NODESxCPUS",
+        shown="off",
+    )
+    bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
+    bank_policy: str = setting(
+        "new",
+        "with --simulate: who plays the bank's matches: new (a new policy: short, lost matches), "
+        "shipped (the shipped agent: long, close ones) or a checkpoint/run directory",
+        metavar="POLICY",
+    )
+
+    def validate(self) -> BenchOptions:
+        """Return self, or raise ConfigError on a value bench cannot use (TrainConfig's checks where shared)."""
+        TrainConfig(
+            env_id=self.env_id, max_episode_steps=self.max_episode_steps, workers=self.workers, seed=self.seed
+        ).validate()
+        check(self.workers != 0, "--workers must be at least 1 for bench (it measures Ray workers)")
+        check(
+            bool(self.batch_sizes) and min(self.batch_sizes) >= 1,
+            f"--batch-sizes must be positive whole numbers, got {self.batch_sizes}",
+        )
+        for name in ("train_batches", "update_batches", "memory_steps", "bank_matches"):
+            value = getattr(self, name)
+            if value is not None:
+                check(is_int(value) and value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.simulate is not None:
+            try:
+                Shape.parse(self.simulate)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            check(self.address is None, "--simulate starts a cluster of its own on this machine: drop --address")
+        for name in ("ceiling_seconds", "original_seconds"):
+            value = getattr(self, name)
+            check(is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+        return self

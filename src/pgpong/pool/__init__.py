@@ -1,0 +1,77 @@
+"""Playing a batch: the pools, and open_pool, the factory that picks one.
+
+A pool takes the weights and a list of episode ids and plays them: in this process
+(local.py, --workers 0), on Ray actors of one node (ray_pool.py), or through a leader
+on each node of a cluster (cluster_pool.py). Whatever the pool, it gives the batch's
+chunk sums (sums.py) in chunk order, so the sum of gradients is the same for any
+number of workers and nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pgpong.cluster import cluster_cpus, start_ray
+from pgpong.pool.base import (
+    BatchMeasures,
+    Finished,
+    Limits,
+    PlayedBatch,
+    Pool,
+    PoolError,
+    WorkerSettings,
+    failure_reason,
+    ignore_episode,
+)
+from pgpong.pool.local import LocalPool
+from pgpong.pool.worker import RolloutWorker, WorkerKind
+
+# More workers than this on one node also get a leader (cluster_pool.py): the driver
+# then hears of chunks, not of every episode.
+LEADERS_ABOVE = 16
+
+__all__ = [
+    "BatchMeasures",
+    "Finished",
+    "Limits",
+    "PlayedBatch",
+    "Pool",
+    "PoolError",
+    "WorkerSettings",
+    "failure_reason",
+    "ignore_episode",
+    "open_pool",
+]
+
+
+def open_pool(
+    settings: WorkerSettings,
+    workers: int | None,
+    address: str | None,
+    at_most: int | None = None,
+    note: Callable[[str], None] = lambda text: None,
+    kind: WorkerKind | None = None,
+    limits: Limits | None = None,
+) -> Pool:
+    """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
+    cluster, at most `at_most`), joining the cluster at `address` or starting Ray
+    locally. On a cluster of several nodes, a leader on each node runs that node's
+    workers (ClusterPool); on one node the driver runs them (RayPool). More workers
+    than the cluster has CPUs are not waited for: `note` says how many run. Close
+    the pool, then call cluster.stop_ray()."""
+    if workers == 0:
+        return LocalPool(settings)
+    start_ray(address)
+    cpus = cluster_cpus()
+    if workers is None:
+        workers = cpus if at_most is None else min(at_most, cpus)
+    elif workers > cpus:
+        note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
+        workers = cpus
+    kind = kind or WorkerKind(RolloutWorker)
+    from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
+    from pgpong.pool.ray_pool import RayPool
+
+    if len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:
+        return ClusterPool(settings, workers, kind, limits)
+    return RayPool(settings, workers, kind=kind, limits=limits)

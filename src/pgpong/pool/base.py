@@ -1,0 +1,111 @@
+"""What every pool shares: the settings its workers are built from, its time limits,
+what playing a batch returns (the chunk sums, then what the batch measured), the Pool
+interface and its error."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pgpong.policy import Params
+from pgpong.pool.sums import ChunkResult
+from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What every rollout worker is built from: the game and how episodes are scored."""
+
+    env_id: str = "ALE/Pong-v5"
+    max_episode_steps: int | None = None  # None: full matches
+    gamma: float = 0.99
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a pool waits before it calls something stuck or gone."""
+
+    # No result at all for this long means something is stuck, not slow: even a
+    # 108,000-step PongNoFrameskip match takes about a minute.
+    stall_s: float = 600.0
+    # A worker that has returned nothing for stuck_multiple times the longest episode
+    # so far (and at least stuck_floor_s) is stuck: it is ended, and its episodes are
+    # played again elsewhere with the same seeds.
+    stuck_multiple: float = 10.0
+    stuck_floor_s: float = 60.0
+    start_s: float = 120.0  # for the first worker to start
+    start_grace_s: float = 15.0  # how long the other workers may lag the first one at start
+
+
+Finished = Callable[[EpisodeStats], None]  # hears each episode of a batch, in episode order
+
+
+def ignore_episode(episode: EpisodeStats) -> None:
+    pass
+
+
+@dataclass
+class BatchMeasures:
+    """What playing one batch measured, beside its results."""
+
+    seconds: dict[str, float] = field(default_factory=dict)  # this process's phases: "publish weights", ...
+    barrier_s: float | None = None  # a worker's mean idle time while the batch's slowest episodes finished
+    # (None: one process played the batch, nobody waited)
+    bytes_in: int = 0  # gradient bytes the batch sent into this process
+    replaced: int = 0  # workers replaced after a crash during the batch
+
+    def add_seconds(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    def phases(self) -> dict[str, float]:
+        """The seconds by phase, the barrier among them when there was one."""
+        return self.seconds if self.barrier_s is None else {**self.seconds, "barrier": self.barrier_s}
+
+
+class PlayedBatch:
+    """A batch as it is played: iterating gives its chunk sums in chunk order;
+    `measures` is complete once the last one has come."""
+
+    def __init__(self, chunks: Iterable[ChunkResult], measures: BatchMeasures):
+        self._chunks = chunks
+        self.measures = measures
+
+    def __iter__(self) -> Iterator[ChunkResult]:
+        return iter(self._chunks)
+
+
+class PoolError(RuntimeError):
+    """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
+
+
+class Pool(Protocol):
+    @property
+    def num_workers(self) -> int: ...  # workers running (0: this process, no Ray)
+
+    @property
+    def replaced(self) -> int: ...  # workers replaced after a crash, since the pool started
+
+    def nodes(self) -> int: ...
+
+    def play_batch(
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
+    ) -> PlayedBatch: ...
+
+    def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
+
+    def close(self) -> None: ...
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line saying what went wrong: the innermost exception of a Ray error's
+    traceback when there is one, else its first line."""
+    lines = [_ANSI.sub("", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    raised = [line for line in lines if _RAISED.match(line)]
+    return (raised or lines or [type(exc).__name__])[-1 if raised else 0]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(.*\))?: ")

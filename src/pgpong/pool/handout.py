@@ -1,0 +1,95 @@
+"""The two decisions a Ray pool makes while a batch plays: which worker gets the next
+episode (HandOut), and which worker is stuck (Watch)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+LOOKAHEAD = 2  # episodes a worker may hold at once: the one it plays and the next
+
+
+class Watch:
+    """When each busy worker last returned something, and the longest an episode has
+    taken (since the pool started): a worker silent for much longer than that is stuck."""
+
+    def __init__(self, floor: float, multiple: float):
+        self.floor, self.multiple = floor, multiple
+        self.longest = 0.0
+        self._since: dict[Any, float] = {}
+
+    def new_batch(self) -> Watch:
+        self._since.clear()
+        return self
+
+    def limit(self) -> float:
+        return max(self.floor, self.multiple * self.longest)
+
+    def busy(self, worker: Any) -> None:
+        self._since.setdefault(worker, time.monotonic())
+
+    def done(self, worker: Any, busy: bool) -> None:
+        now = time.monotonic()
+        began = self._since.pop(worker, None)
+        if began is not None:
+            self.longest = max(self.longest, now - began)
+        if busy:
+            self._since[worker] = now
+
+    def forget(self, worker: Any) -> None:
+        self._since.pop(worker, None)
+
+    def stuck(self) -> list:
+        now, limit = time.monotonic(), self.limit()
+        return [worker for worker, since in self._since.items() if now - since > limit]
+
+
+class HandOut:
+    """Which worker gets the next episode, in constant time per event.
+
+    Every free worker gets one; while episodes are plentiful (at least two per
+    worker left), each also holds the next one in its queue and starts it the moment
+    the first ends, instead of after a round trip to this process (about 4 ms); the
+    last ones go only to free workers, so that the batch's end stays balanced."""
+
+    def __init__(self, workers: list):
+        self.held: dict[Any, int] = dict.fromkeys(workers, 0)  # episodes each worker holds
+        self._with = [deque(workers), deque()]  # candidates holding 0 and 1 (checked when taken)
+        self._idle_since: dict[Any, float] = {}  # worker -> when it ran out of work in this batch
+
+    def out(self, todo: deque[int]) -> Iterator[tuple[Any, int]]:
+        """(worker, position) for every episode handed out now, taken from `todo`."""
+        for depth in range(LOOKAHEAD):
+            queue = self._with[depth]
+            while todo and queue and (depth == 0 or len(todo) >= 2 * len(self.held)):
+                worker = queue.popleft()
+                if self.held.get(worker) != depth:  # stale: it took or finished one since
+                    continue
+                self.held[worker] = depth + 1
+                if depth + 1 < LOOKAHEAD:
+                    self._with[depth + 1].append(worker)
+                self._idle_since.pop(worker, None)
+                yield worker, todo.popleft()
+
+    def back(self, worker: Any, idle: bool) -> None:
+        """`worker` finished an episode; `idle`: nothing is left to hand out."""
+        if worker not in self.held:
+            return
+        self.held[worker] -= 1
+        self._with[self.held[worker]].append(worker)
+        if idle and not self.held[worker]:
+            self._idle_since.setdefault(worker, time.perf_counter())
+
+    def join(self, worker: Any) -> None:
+        self.held[worker] = 0
+        self._with[0].append(worker)
+
+    def leave(self, worker: Any) -> None:
+        self.held.pop(worker, None)
+        self._idle_since.pop(worker, None)
+
+    def idle_seconds(self) -> float:
+        now = time.perf_counter()
+        return sum(now - t for t in self._idle_since.values())

@@ -1,0 +1,167 @@
+"""The rollout worker: one environment, created once and reset for each episode, that
+plays episodes with the weights it is given. In a Ray pool each worker is an actor
+(one process, one CPU); --workers 0 keeps one in this process."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from pgpong.envs import make_env
+from pgpong.policy import Params
+from pgpong.pool.base import WorkerSettings
+from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, compile_kernels, play_episode, play_match
+
+# One BLAS/OpenMP thread per worker process: many processes with many threads each
+# make the parallel version no faster than the serial one.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+FETCH_SECONDS = 600.0  # for a batch's weights from the object store
+# A Python file whose worker_hook(stage, episode) every rollout worker calls as it
+# starts (stage "start", episode None) and before each episode it plays ("play"):
+# how the tests make workers crash, hang or stop at a chosen moment. Variables whose
+# names begin with it (its argument: PGPONG_WORKER_HOOK_ARG) reach every worker.
+HOOK = "PGPONG_WORKER_HOOK"
+
+Hook = Callable[[str, EpisodeId | None], None]
+
+
+def worker_env() -> dict[str, str]:
+    """The environment variables every rollout worker process is given."""
+    return {**ONE_THREAD, **{name: value for name, value in os.environ.items() if name.startswith(HOOK)}}
+
+
+def load_hook() -> Hook | None:
+    """The worker hook $PGPONG_WORKER_HOOK names, or None."""
+    path = os.environ.get(HOOK)
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("pgpong_worker_hook", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"{HOOK}={path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.worker_hook
+
+
+@dataclass(frozen=True)
+class PublishedWeights:
+    """A batch's weights in Ray's object store, by reference. Ray fetches an object
+    for a task only when its reference is a top-level argument; inside this wrapper
+    the reference reaches the worker as it is, and the worker fetches the weights
+    once a batch instead of once an episode (each fetch asks the raylet: about
+    0.6 ms of a worker's pause between two episodes)."""
+
+    ref: Any
+
+
+def publish(weights: Params) -> tuple[PublishedWeights, float]:
+    """The batch's weights in the object store, once (each worker fetches them once),
+    and how long that took."""
+    import ray
+
+    began = time.perf_counter()
+    published = PublishedWeights(ray.put(weights))
+    return published, time.perf_counter() - began
+
+
+class WeightsCache:
+    """A worker's copy of the newest published weights: called with the weights or
+    their reference, it returns the weights, fetched from the object store only
+    when the reference is new."""
+
+    def __init__(self) -> None:
+        self._published: tuple[Any, Params] | None = None  # the newest reference, and its weights
+
+    def __call__(self, weights: Params | PublishedWeights) -> Params:
+        if isinstance(weights, Params):
+            return weights
+        if self._published is None or self._published[0] != weights.ref:
+            import ray
+
+            self._published = (weights.ref, ray.get(weights.ref, timeout=FETCH_SECONDS))
+        return self._published[1]
+
+
+class RolloutWorker:
+    """Plays episodes with one environment, created once and reset for each episode."""
+
+    def __init__(self, settings: WorkerSettings, pin_threads: bool = True):
+        self._hook = load_hook()
+        if self._hook:
+            self._hook("start", None)
+        self.settings = settings
+        self.env = self._make_env()
+        self._weights = WeightsCache()
+        compile_kernels()
+        if pin_threads:  # after the imports above, which may load BLAS libraries of their own
+            threadpool_limits(1)
+
+    def _make_env(self) -> Any:
+        return make_env(self.settings.env_id, self.settings.max_episode_steps)
+
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId) -> EpisodeResult:
+        if self._hook:
+            self._hook("play", episode)
+        return play_episode(self.env, self._weights(weights), episode, self.settings.gamma)
+
+    def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId, greedy: bool) -> MatchResult:
+        return play_match(self.env, self._weights(weights), match, greedy)
+
+    def pid(self) -> int:
+        """This worker's process id; answering it also says the worker has started."""
+        return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def blas_threads(self) -> list[int]:
+        return [info["num_threads"] for info in threadpool_info()]
+
+
+@dataclass(frozen=True)
+class WorkerKind:
+    """How rollout workers are made: one Ray actor (one process, one CPU) per worker,
+    or, for bench's simulation of a big cluster, one process standing in for
+    `per_process` workers (it holds that many CPUs, and its methods take the slot)."""
+
+    worker_class: type = RolloutWorker
+    per_process: int = 1
+    args: tuple = ()  # passed to worker_class after the WorkerSettings
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One of the workers a shared process stands in for: calls go to the process's
+    method with `slot=index`."""
+
+    actor: Any
+    index: int
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        method = getattr(self.actor, name)
+        return _SlotMethod(method, self.index)
+
+
+@dataclass(frozen=True)
+class _SlotMethod:
+    method: Any
+    index: int
+
+    def remote(self, *args: Any) -> Any:
+        return self.method.remote(*args, slot=self.index)
+
+
+def process_of(worker: Any) -> Any:
+    """The Ray actor a worker lives in."""
+    return worker.actor if isinstance(worker, Slot) else worker
