@@ -1,0 +1,51 @@
+"""The golden weights: what 3 batches of a small run compute, pinned to the bit.
+
+A change that moves code around must leave these digests alone; a change of the
+maths must change them deliberately, saying why in its commit. The digest is of the
+float32 weights as little-endian bytes, W1 (200 x 6400, row by row) then W2, after
+3 batches of 20 matches cut at 300 steps, seed 0, the default settings otherwise. It
+was taken from `pgpong train --workers 0` and `--workers 2` at 696968d (both gave it).
+"""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from conftest import train_in_process
+
+SETTINGS = dict(seed=0, batch_size=20, max_episode_steps=300)
+GOLDEN_WEIGHTS = "1cef20e6dc59c3d586618094cdae0cd4922016ec03f47b5f78573160cc66fd4f"
+GOLDEN_CACHE = "49fcfd740ab186da30172e7c10a095333e8e079615b9bf68ac411f0b4c5dc579"  # RMSProp's
+GOLDEN_ENV_STEPS = 18_000
+GOLDEN_RUNNING_REWARD = -5.567448706258599
+
+
+def digest(params) -> str:
+    data = params.W1.astype("<f4").tobytes(order="C") + params.W2.astype("<f4").tobytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def check(state) -> None:
+    assert (state.batch, state.episodes, state.env_steps) == (3, 60, GOLDEN_ENV_STEPS)
+    assert state.running_reward == GOLDEN_RUNNING_REWARD
+    assert digest(state.weights) == GOLDEN_WEIGHTS
+    assert digest(state.cache) == GOLDEN_CACHE
+
+
+def test_golden_weights_in_this_process(tmp_path):
+    check(train_in_process(tmp_path / "run", 0, 3, SETTINGS))
+
+
+@pytest.mark.slow
+def test_golden_weights_on_two_ray_workers(tmp_path, ray_instance):
+    check(train_in_process(tmp_path / "run", 2, 3, SETTINGS))
+
+
+def test_the_digest_sees_a_change_of_one_bit():
+    from pgpong.policy import Params
+
+    weights = Params.initial(200, 0)
+    before = digest(weights)
+    weights.W1[123, 4567] = np.nextafter(weights.W1[123, 4567], np.float32(1))
+    assert digest(weights) != before
