@@ -29,6 +29,8 @@ LOCAL_RAY_PROBE = textwrap.dedent(
     driver = [i["num_threads"] for i in threadpool_info()]
     start_ray(None, num_cpus=2)
     import ray
+    from pgpong.pool import WorkerSettings
+    from pgpong.pool.ray_pool import RayPool
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 10), 2)
     # 4 MB, like a long episode's gradient (no CPU: the two workers hold both)
     gradient_sized = ray.remote(num_cpus=0)(lambda: np.ones(2**20, dtype=np.float32)).remote()
