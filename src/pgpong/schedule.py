@@ -189,7 +189,7 @@ def first_step_warning(settings: Learning) -> str | None:
     how = "lr, warmed up" if settings.warmup == "on" else "lr / sqrt(1 - decay); the batch rule keeps it at 0.02"
     return (
         f"pgpong: warning: the first update will move each weight by about {step:.3g} "
-        f'({how}), and 0.073 made a batch of 60 lose every point from then on (docs/LEARNING.md)'
+        f"({how}), and 0.073 made a batch of 60 lose every point from then on (docs/LEARNING.md)"
     )
 
 
