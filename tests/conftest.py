@@ -80,12 +80,14 @@ class ScriptedPool:
         self.scores = iter(scores)
 
     def play_batch(self, weights, episodes, finished=lambda result: None):
-        from pgpong.chunks import chunk_sizes
-        from pgpong.pool import BatchMeasures, PlayedBatch
-        from pgpong.pool.sums import sum_in_chunks
+        from pgpong.pool import BatchMeasures, BatchResult
+        from pgpong.pool.sums import ExactSum, IntegerGradient
 
-        chunks = sum_in_chunks(self.results(weights, episodes), chunk_sizes(len(episodes)), finished)
-        return PlayedBatch(chunks, BatchMeasures())
+        total = ExactSum(weights.hidden)
+        for result in self.results(weights, episodes):
+            total.add(IntegerGradient.of(result.grad))
+            finished(result.stats())
+        return BatchResult(total.to_params(), BatchMeasures())
 
     def results(self, weights, episodes):
         """The episodes' results, in order (subclasses change them)."""

@@ -67,7 +67,7 @@ def test_bench_smoke_prints_every_section_with_plausible_numbers():
         "checkpoint write",
         "between episodes",
     }
-    assert all(v >= 0 for v in driver.values()) and driver["checkpoint write"] > 0
+    assert all(v >= 0 for v in driver.values())  # checkpoints come once a minute: their phase may be 0
     # between episodes: the batch's time a worker spends neither in its episodes nor in the barrier
     share = report["time"]["driver_share_of_batch"]
     assert 0 < share["between episodes"] < 1 and share["barrier"] + share["between episodes"] < 1

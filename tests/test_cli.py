@@ -112,6 +112,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "iterations": 1,
         "workers": 0,
         "keep_checkpoints": 3,
+        "checkpoint_every": 60.0,
     }
     assert saved["ray_address"] == "local" and "--env-id" in saved["command"]
     assert {"pgpong", "numpy", "gymnasium", "ale-py", "ray"} <= set(saved["versions"])

@@ -1,7 +1,8 @@
-"""The cluster pool (a leader per node, chunk sums): a local cluster of three nodes of
-two CPUs each (three raylets on this machine). Weights are the same to the bit with
-no Ray, with two workers on one node and with a worker on each of three nodes, at a batch
-of three chunks; and when a node is lost in the middle of a batch."""
+"""The cluster pool (a leader per node, matches from one queue, exact sums that meet in
+a reducer): a local cluster of three nodes of two CPUs each (three raylets on this
+machine). Weights are the same to the bit with no Ray, with two workers on one node
+and with a worker on each of three nodes; and when a node is lost in the middle of a
+batch."""
 
 import logging
 
@@ -9,13 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
-from pgpong.chunks import CHUNK, chunk_sizes
 from pgpong.pool import WorkerSettings
 from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
 from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
 
-SETTINGS = dict(seed=3, batch_size=2 * CHUNK + 1, hidden=16, max_episode_steps=60)
+SETTINGS = dict(seed=3, batch_size=33, hidden=16, max_episode_steps=60, checkpoint_every=0)
 WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
 STORE = 100 * 1024**2
 
@@ -69,10 +69,6 @@ def assert_same_state(state, reference):
     assert state.env_steps == reference.env_steps
 
 
-def test_the_batch_spans_three_chunks():
-    assert chunk_sizes(SETTINGS["batch_size"]) == [CHUNK, CHUNK, 1]
-
-
 @pytest.mark.slow
 def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three_leaders, reference):
     assert len(nodes_with_cpus()) == 3
@@ -80,10 +76,11 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
     assert (pool.nodes(), pool.num_workers) == (3, 3)
     state = train_in_process(tmp_path / "three", 3, 2, SETTINGS, pool=pool)
     assert_same_state(state, reference)
-    # the driver receives one array per chunk (3), each at most a dense gradient
-    played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])])
-    assert len(list(played)) == 3
-    assert 0 < played.measures.bytes_in <= 3 * (16 * 6400 * 4 + 16 * 4 + 6400 * 2)
+    # the driver receives one array, the batch's sum: at most a dense gradient
+    heard: list = []
+    played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])], heard.append)
+    assert [stats.episode.episode for stats in heard] == list(range(SETTINGS["batch_size"]))
+    assert 0 < played.measures.bytes_in <= 16 * 6400 * 4 + 16 * 4 + 6400 * 2
     assert played.measures.barrier_s is not None and played.measures.replaced == 0
 
     head = nodes_with_cpus()[0][0]
@@ -113,30 +110,38 @@ def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leader
 
 
 class NodeLosingPool(ClusterPool):
-    """Removes a worker node right after the second batch's chunks are handed out."""
+    """Removes a worker node when its leader first reports finished matches of batch 2:
+    its node's sum, and what it had taken from the queue, are lost with it."""
 
-    def __init__(self, cluster, node):
-        self.cluster, self.node, self.calls, self.removed = cluster, node, 0, False
+    def __init__(self, cluster, nodes):
+        self.cluster, self.worker_nodes, self.removed = cluster, nodes, None
         super().__init__(WORKERS, 3)
 
-    def _call(self, leader, method, *args):
-        stream = super()._call(leader, method, *args)
-        self.calls += 1
-        if self.calls == 2 * 3:  # batch 2: the third leader has its chunk
-            self.cluster.remove_node(self.node, allow_graceful=False)
-            self.removed = True
-        return stream
+    def _next(self, stream, leader):
+        report = super()._next(stream, leader)
+        on = self.node_of[leader]
+        lost = [n for n in self.worker_nodes if n.node_id == on]
+        if self._batch == 2 and self.removed is None and lost and getattr(report, "results", None):
+            self.removed = [position for position, _ in report.results]
+            self.cluster.remove_node(lost[0], allow_graceful=False)
+        return report
 
 
 @pytest.mark.slow
-def test_a_node_lost_mid_batch_costs_its_chunks_only_and_changes_no_weight(tmp_path, reference, cluster, three_leaders):
+def test_a_node_lost_mid_batch_costs_its_matches_only_and_changes_no_weight(
+    tmp_path, reference, cluster, three_leaders
+):
+    import ray
+
     three_leaders.close()  # its workers' CPUs are needed below
     c, nodes = cluster  # the last test of the module: it takes a node away
-    pool = NodeLosingPool(c, nodes[-1])
+    pool = NodeLosingPool(c, nodes)
     try:
         with hang_guard(180):
             state = train_in_process(tmp_path / "lost", 3, 2, SETTINGS, pool=pool)
-        assert pool.removed and pool.calls > 2 * 3  # the lost chunk was handed to another leader
+        assert pool.removed  # the node went after some of its matches were played...
+        handed = ray.get(pool._queue.handed_out.remote())
+        assert handed >= SETTINGS["batch_size"] + len(pool.removed)  # ...and they were played again elsewhere
         assert (pool.nodes(), pool.num_workers, pool.replaced) == (2, 2, 1)
     finally:
         pool.close()

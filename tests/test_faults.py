@@ -18,7 +18,7 @@ from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import read_progress
 
-SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500)
+SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500, checkpoint_every=0)  # every batch's
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_a_hung_worker_ends_the_batch_at_the_stall_limit(ray_instance, monkeypat
     pool = RayPool(WorkerSettings("ALE/Pong-v5", 50), 2, limits=Limits(stall_s=3.0))  # 600 s in real runs
     try:
         with hang_guard(60), pytest.raises(PoolError, match="no episode finished in 3 s"):
-            list(pool.play_batch(Params.initial(8, 0), [EpisodeId(0, 0, k) for k in range(2)]))
+            pool.play_batch(Params.initial(8, 0), [EpisodeId(0, 0, k) for k in range(2)])
     finally:
         pool.close()  # and the hung actors are killed
 
@@ -151,6 +151,8 @@ def cli_settings(run_dir, iterations=4):
         "500",
         "--keep-checkpoints",
         "4",
+        "--checkpoint-every",
+        "0",
         "--iterations",
         str(iterations),
         "--run-dir",
@@ -298,6 +300,8 @@ def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(sma
             "--max-episode-steps",
             "100",
             "--workers",
+            "0",
+            "--checkpoint-every",
             "0",
             "--run-dir",
             str(run_dir),

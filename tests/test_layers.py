@@ -41,6 +41,7 @@ ROOMS: list[tuple[str, list[str]]] = [
         [
             "pool",
             "pool.cluster_pool",
+            "pool.queue",
             "pool.ray_pool",
             "pool.local",
             "pool.handout",
@@ -49,7 +50,7 @@ ROOMS: list[tuple[str, list[str]]] = [
             "pool.sums",
         ],
     ),
-    ("chunks", []),
+    ("placement", []),
     ("cluster", []),
     ("original", []),
     ("rollout", []),
@@ -71,6 +72,7 @@ RAY = {
     "pool.worker": "a worker fetches the batch's weights",
     "pool.ray_pool": "Ray actors",
     "pool.cluster_pool": "a leader per node",
+    "pool.queue": "a leader asks the batch's queue for matches",
     "bench.simulate": "a simulated cluster on this machine",
     "bench.throughput": "bench's memory probe, an actor of its own",
     "study.runner": "trials on Ray Tune",
@@ -178,7 +180,7 @@ def test_outside_libraries_are_imported_only_where_the_design_says():
     assert set(GYMNASIUM_OR_ALE) | set(RAY) <= set(files)
 
 
-@pytest.mark.parametrize("module", ["scaling", "chunks", "schedule", "config"])
+@pytest.mark.parametrize("module", ["scaling", "placement", "schedule", "config"])
 def test_pure_modules_load_no_ray_gymnasium_or_ale(module):
     """Imported for real in a fresh interpreter: what they pull in, at any depth."""
     heavy = ["ray", "gymnasium", "ale_py", "numba"]

@@ -17,6 +17,7 @@ from pgpong.runlog import read_progress
 
 SETTINGS = {"seed": 4, "batch_size": 2, "hidden": 16, "max_episode_steps": 300}
 FLAGS = ["--seed", "4", "--batch-size", "2", "--hidden", "16", "--max-episode-steps", "300", "--workers", "0"]
+FLAGS += ["--checkpoint-every", "0"]  # a checkpoint every batch: the kill below leaves one to resume from
 
 
 def test_a_held_directory_is_refused_with_the_holder_and_let_go_after(tmp_path):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import deque
 
 import numpy as np
 import pytest
@@ -92,14 +93,14 @@ class PidWorker(RolloutWorker):
 
     def play(self, weights, episode):
         result = super().play(weights, episode)
-        result.timings["pid"] = os.getpid()
+        result.stats.timings["pid"] = os.getpid()
         return result
 
 
-def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
+def test_ray_pool_gives_each_match_to_the_first_free_worker(ray_instance, monkeypatch):
     weights = Params.initial(16, 0)
-    # Episode 0 takes 2 s longer than the others (about 0.05 s each), so it finishes
-    # after all but the one queued behind it, yet it must come out first.
+    # Episode 0 takes 2 s longer than the others (about 0.05 s each): it comes in last
+    # but for the one queued behind it.
     set_fault(monkeypatch, "slow:0")
     episodes = [EpisodeId(0, 0, k) for k in range(8)]
     from ray import cloudpickle
@@ -110,23 +111,44 @@ def test_ray_pool_yields_in_episode_order(ray_instance, monkeypatch):
         with hang_guard(120):  # on a busy machine the second worker may still be starting
             while pool.num_workers < 2:
                 pool.crew.poll_starting(timeout=1.0)
-        results = list(pool.run_batch("play", publish(weights)[0], episodes))
+        arrived = list(pool.run("play", publish(weights)[0], deque(enumerate(episodes))))
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    assert [r.episode for r in results] == episodes
+    assert [position for position, _ in arrived][-2:] == [0, 2]  # as they finish: the slow one, then its queue
+    results = dict(arrived)
     # Each worker took one episode and, with 6 left for 2 workers, held the next in its
     # queue: episode 2 waited behind the slow one. The rest, handed out as workers
     # came free, all went to the other worker: none were queued behind the slow one.
-    played_by = [r.timings["pid"] for r in results]
+    played_by = [results[k].stats.timings["pid"] for k in range(8)]
     assert played_by[2] == played_by[0] != played_by[1]
     assert played_by[1] == played_by[3] == played_by[4] == played_by[5] == played_by[6] == played_by[7]
     local = LocalPool(WorkerSettings("ALE/Pong-v5", 120))
     expected = [local.worker.play(weights, episode) for episode in episodes]
     local.close()
-    for a, b in zip(results, expected, strict=True):
-        np.testing.assert_array_equal(a.grad.W1_columns, b.grad.W1_columns)
-        np.testing.assert_array_equal(a.grad.columns, b.grad.columns)
+    for k, b in enumerate(expected):
+        np.testing.assert_array_equal(results[k].grad.W1_rows, b.grad.W1_rows)
+        np.testing.assert_array_equal(results[k].grad.columns, b.grad.columns)
+
+
+def test_play_batch_hears_the_matches_in_episode_order_and_sums_them_as_this_process_does(ray_instance):
+    weights, episodes = Params.initial(16, 1), [EpisodeId(1, 0, k) for k in range(6)]
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", 80), 2)
+    heard: list = []
+    try:
+        played = pool.play_batch(weights, episodes, heard.append)
+    finally:
+        pool.close()
+    local = LocalPool(WorkerSettings("ALE/Pong-v5", 80))
+    try:
+        alone = local.play_batch(weights, episodes)
+    finally:
+        local.close()
+    assert [stats.episode for stats in heard] == episodes
+    np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+    np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
+    assert played.measures.bytes_in > 0 and played.measures.barrier_s is not None
+    assert alone.measures.bytes_in == 0 and alone.measures.barrier_s is None
 
 
 @pytest.mark.parametrize("address", ["nonsense", "host:", ":123", "127.0.0.1:1"])

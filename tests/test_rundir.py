@@ -16,7 +16,7 @@ from pgpong.policy import Params
 from pgpong.rundir import check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import read_progress
 
-SETTINGS: dict = dict(seed=7, batch_size=2, hidden=8, max_episode_steps=50)
+SETTINGS: dict = dict(seed=7, batch_size=2, hidden=8, max_episode_steps=50, checkpoint_every=0)  # every batch's
 LEARNING = [f for f in dataclasses.fields(TrainConfig) if f.metadata["learning"]]
 # For each learning setting, another valid value.
 OTHER = {

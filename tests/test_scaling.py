@@ -2,26 +2,31 @@
 
 import pytest
 
-from pgpong.scaling import PHASES, best_whole_matches, makespan, node_makespan, predict
+from pgpong.scaling import PHASES, best_whole_matches, makespan, predict
 
 
 def test_makespan_of_equal_matches_counts_the_waves():
-    assert node_makespan([1.0] * 60, 64, 0.0) == 1.0
-    assert node_makespan([1.0] * 65, 64, 0.0) == 2.0
-    # 300 matches on 11 x 18: chunks of 16, two on most nodes: two waves
-    assert makespan([1.0] * 300, [18] * 11, 0.0) == 2.0
-    assert makespan([1.0] * 300, [18] * 11, 0.01) == pytest.approx(2.02)
-    # the best whole-match schedule too needs two waves; the lower bound does not
+    assert makespan([1.0] * 60, 64, 0.0) == 1.0
+    assert makespan([1.0] * 65, 64, 0.0) == 2.0
+    # 300 matches on 198 workers anywhere: two waves, as the best whole-match schedule
+    assert makespan([1.0] * 300, 198, 0.0) == 2.0
+    assert makespan([1.0] * 300, 198, 0.01) == pytest.approx(2.02)
     assert best_whole_matches([1.0] * 300, 198) == 2.0
+    # episode order, first free worker: a long match last waits for a free worker
+    assert makespan([1.0, 1.0, 2.0], 2, 0.0) == 3.0 and best_whole_matches([1.0, 1.0, 2.0], 2) == 2.0
 
 
-def test_prediction_is_bounded_by_the_schedule_and_driver_grows_with_chunks():
+def test_prediction_is_bounded_by_the_schedule_and_the_driver_does_not_grow_with_the_batch():
     early = PHASES["early"]
     small, big = predict(60, 1, 64, early, samples=20), predict(300, 11, 18, early, samples=20)
-    for p in (small, big):
+    huge = predict(3000, 110, 18, early, samples=5)
+    for p in (small, big, huge):
         assert p["lower_bound_s"] <= p["best_whole_matches_s"] <= p["pgpong_schedule_s"] < p["seconds_per_update"]
         assert 0 < p["efficiency"] < 1
-    assert big["driver_cpu_ms"] > small["driver_cpu_ms"] and big["bytes_into_driver"] > small["bytes_into_driver"]
+        assert p["of_best_whole_matches"] == pytest.approx(p["seconds_per_update"] / p["best_whole_matches_s"])
+    # one sum into the driver whatever the batch; a small part per node
+    assert small["bytes_into_driver"] == big["bytes_into_driver"] == huge["bytes_into_driver"]
+    assert small["driver_cpu_ms"] < big["driver_cpu_ms"] < huge["driver_cpu_ms"]
 
 
 def test_projection_adds_the_models_seconds_per_update_until_the_threshold():

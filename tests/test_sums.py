@@ -1,77 +1,104 @@
-"""How a batch's gradients are summed: each chunk from zero in episode order, the chunk sums in
-chunk order (pool/sums.py)."""
+"""The exact sum of a batch's gradients (pool/sums.py): the same bits in any order and
+any grouping, close to the float64 sum, and too-large values refused."""
+
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from pgpong.chunks import CHUNK, chunk_sizes, split
 from pgpong.frames import D
-from pgpong.policy import EpisodeGradient, Params
-from pgpong.pool.sums import sum_in_chunks
-from pgpong.rollout import EpisodeId, EpisodeResult
+from pgpong.policy import EpisodeGradient
+from pgpong.pool.sums import MAX_MATCHES, MAX_VALUE, SCALE_BITS, ExactSum, IntegerGradient
 
 H = 8
 
 
-def random_results(count: int, seed: int = 0) -> list[EpisodeResult]:
-    """Episodes whose sparse gradients touch random pixels, with values of very
-    different sizes, so that the order of a sum shows in its bits."""
+def random_gradients(count: int, seed: int = 0) -> list[EpisodeGradient]:
+    """Gradients on random pixels, with values of very different sizes, so that the
+    order of a float sum shows in its bits."""
     rng = np.random.default_rng(seed)
-    results = []
-    for k in range(count):
+    grads = []
+    for _ in range(count):
         columns = np.sort(rng.choice(D, size=rng.integers(1, 60), replace=False)).astype(np.int16)
         scale = 10.0 ** rng.integers(-6, 3, size=(H, len(columns)))
         W1c = np.asfortranarray((rng.standard_normal((H, len(columns))) * scale).astype(np.float32))
-        grad = EpisodeGradient(columns, W1c, rng.standard_normal(H).astype(np.float32))
-        results.append(EpisodeResult(EpisodeId(0, 0, k), grad, -21.0 + k, steps=100 + k, seconds=0.1))
-    return results
+        grads.append(EpisodeGradient(columns, W1c, rng.standard_normal(H).astype(np.float32)))
+    return grads
 
 
-def flat_sum(results: list[EpisodeResult]) -> Params:
-    total = Params(np.zeros((H, D), np.float32, order="F"), np.zeros(H, np.float32))
-    for r in results:
-        r.grad.add_to(total)
-    return total
+def exact_sum(grads, order=None, groups=1):
+    """The exact sum of `grads` taken in `order`, in `groups` partial sums added in reverse."""
+    order = range(len(grads)) if order is None else order
+    parts = [ExactSum(H) for _ in range(groups)]
+    for i, k in enumerate(order):
+        parts[i % groups].add(IntegerGradient.of(grads[k]))
+    total = ExactSum(H)
+    for part in reversed(parts):
+        total.add(part.compact())
+    return total.to_params()
 
 
-def chunked_sum(results: list[EpisodeResult]) -> Params:
-    total = Params(np.zeros((H, D), np.float32, order="F"), np.zeros(H, np.float32))
-    for chunk in sum_in_chunks(results, chunk_sizes(len(results))):
-        chunk.grad.add_to(total)
-    return total
+def test_any_order_and_any_grouping_give_the_same_bits():
+    grads = random_gradients(50, seed=1)
+    reference = exact_sum(grads)
+    rng = np.random.default_rng(2)
+    for groups in (1, 3, 7):
+        shuffled = exact_sum(grads, rng.permutation(len(grads)), groups)
+        np.testing.assert_array_equal(shuffled.W1, reference.W1)
+        np.testing.assert_array_equal(shuffled.W2, reference.W2)
+    # a float32 sum in another order differs in its bits (so the test could fail)
+    forward, backward = np.zeros((H, D), np.float32), np.zeros((H, D), np.float32)
+    for g in grads:
+        forward[:, g.columns] += g.W1_columns
+    for g in reversed(grads):
+        backward[:, g.columns] += g.W1_columns
+    assert not np.array_equal(forward, backward)
 
 
-@pytest.mark.parametrize("batch", [1, 10, CHUNK])
-def test_a_batch_of_one_chunk_sums_to_the_flat_sum_bit_for_bit(batch):
-    results = random_results(batch)
-    np.testing.assert_array_equal(chunked_sum(results).W1, flat_sum(results).W1)
-    np.testing.assert_array_equal(chunked_sum(results).W2, flat_sum(results).W2)
+def test_the_sum_is_the_rounded_exact_sum_of_the_fixed_point_values():
+    grads = random_gradients(20, seed=3)
+    total = exact_sum(grads)
+    unit = Fraction(1, 2**SCALE_BITS)
+    for pixel in (grads[0].columns[0], grads[5].columns[-1]):
+        exact = Fraction(0)
+        for g in grads:
+            where = np.flatnonzero(g.columns == pixel)
+            if len(where):  # each value rounded to the nearest multiple of 2**-36, then summed exactly
+                exact += round(Fraction(float(g.W1_columns[3, where[0]])) / unit) * unit
+        assert total.W1[3, pixel] == np.float32(float(exact))
+    float64 = sum(g.W2.astype(np.float64) for g in grads)
+    np.testing.assert_allclose(total.W2, float64, rtol=1e-6, atol=1e-9)
 
 
-def test_several_chunks_are_summed_chunk_by_chunk_and_the_order_shows():
-    results = random_results(3 * CHUNK + 5, seed=1)
-    chunks = split(results, chunk_sizes(len(results)))
-    by_hand = Params(np.zeros((H, D), np.float32, order="F"), np.zeros(H, np.float32))
-    for chunk in chunks:
-        part = flat_sum(chunk)  # each chunk from zero, in episode order, then the chunk sums in order
-        by_hand.W1 += part.W1
-        by_hand.W2 += part.W2
-    summed = chunked_sum(results)
-    np.testing.assert_array_equal(summed.W1, by_hand.W1)
-    np.testing.assert_array_equal(summed.W2, by_hand.W2)
-    # the grouping matters to the bit: the flat sum differs (so the test could fail)
-    assert not np.array_equal(summed.W1, flat_sum(results).W1)
+def test_a_match_keeps_only_the_pixels_it_touched():
+    grad = random_gradients(1, seed=4)[0]
+    fixed = IntegerGradient.of(grad)
+    np.testing.assert_array_equal(fixed.columns, grad.columns)
+    assert fixed.W1_rows.dtype == np.int64 and fixed.W1_rows.shape == (len(grad.columns), H)
+    back = fixed.to_float()
+    np.testing.assert_allclose(back.W1_columns, grad.W1_columns, rtol=1e-6, atol=2.0**-SCALE_BITS)
+    dense = exact_sum([grad])
+    untouched = np.setdiff1d(np.arange(D), grad.columns)
+    assert not dense.W1[:, untouched].any()
 
 
-def test_a_chunk_keeps_its_episodes_without_their_gradients_and_its_touched_pixels_only():
-    results = random_results(20, seed=2)
-    heard: list = []
-    chunks = list(sum_in_chunks(results, chunk_sizes(20), heard.append))
-    assert [e.episode.episode for e in heard] == list(range(20))  # every episode, in order
-    assert [[e.score for e in c.episodes] for c in chunks] == [
-        [r.score for r in results[:16]],
-        [-5.0, -4.0, -3.0, -2.0],
-    ]
-    touched = np.unique(np.concatenate([r.grad.columns for r in results[:16]]))
-    np.testing.assert_array_equal(chunks[0].grad.columns, touched)
-    assert chunks[0].nbytes < flat_sum(results[:16]).nbytes
+@pytest.mark.parametrize("bad", [MAX_VALUE, np.inf, np.nan])
+def test_a_value_too_large_to_sum_exactly_makes_the_sum_nan(bad):
+    grads = random_gradients(3, seed=5)
+    grads[1].W1_columns[0, 0] = bad
+    total = exact_sum(grads)
+    assert np.isnan(total.W2).all()  # the trainer stops the run, as for a NaN gradient
+
+
+def test_a_sum_refuses_more_matches_than_its_range_allows():
+    total = ExactSum(H)
+    total.add(IntegerGradient(np.zeros(0, np.int16), np.zeros((0, H), np.int64), np.zeros(H, np.int64), MAX_MATCHES))
+    with pytest.raises(ValueError, match="at most 8192 matches"):
+        total.add(IntegerGradient.of(random_gradients(1)[0]))
+
+
+def test_the_largest_batch_is_the_exact_sums_limit():
+    from pgpong.config import MAX_BATCH
+
+    assert MAX_BATCH == MAX_MATCHES
+    assert MAX_MATCHES * MAX_VALUE * 2**SCALE_BITS <= 2**63

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -61,7 +62,15 @@ def test_resume_is_bit_identical_to_one_go(tmp_path):
 
 
 def test_checkpoint_after_every_batch_keeps_newest(tmp_path):
-    state = train(tmp_path / "r", workers=0, iterations=5, keep_checkpoints=2, max_episode_steps=50, batch_size=1)
+    state = train(
+        tmp_path / "r",
+        workers=0,
+        iterations=5,
+        keep_checkpoints=2,
+        max_episode_steps=50,
+        batch_size=1,
+        checkpoint_every=0,
+    )
     files = list_checkpoints(tmp_path / "r" / "checkpoints")
     assert [f.name for f in files] == ["ckpt-000004.npz", "ckpt-000005.npz"]
     saved = load_checkpoint(files[-1])
@@ -224,7 +233,7 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
     previous = signal.signal(signal.SIGTERM, stop)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if this run inherited it ignored
     try:
-        run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3})
+        run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3, "checkpoint_every": 0})
         with pytest.raises(KeyboardInterrupt):
             train_on(run, ScriptedPool([-21.0] * 6))
     finally:
@@ -283,3 +292,52 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
     # batches of 10, 12, 14, 14 after 0, 10, 22 and 36 matches (lr 0.002, 0.0022, 0.0024, 0.0024)
     assert [r["batch_episodes"] for r in learning_columns(tmp_path / "split")] == ["10", "12", "14", "14"]
     assert learning_columns(tmp_path / "split") == learning_columns(tmp_path / "one")
+
+
+class Clock:
+    """time.monotonic for the trainer: each batch played takes 25 s."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def perf_counter(self):
+        return time.perf_counter()
+
+
+class SlowPool(ScriptedPool):
+    def __init__(self, scores, clock):
+        super().__init__(scores)
+        self.clock = clock
+
+    def play_batch(self, weights, episodes, finished=lambda result: None):
+        self.clock.now += 25.0
+        return super().play_batch(weights, episodes, finished)
+
+
+def test_checkpoints_follow_the_cadence_and_the_last_batch_always_gets_one(tmp_path, monkeypatch):
+    import pgpong.trainer as trainer_module
+
+    clock = Clock()
+    monkeypatch.setattr(trainer_module, "time", clock)
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 7, "keep_checkpoints": 9})
+    train_on(run, SlowPool([-21.0] * 14, clock))  # --checkpoint-every 60 (the default)
+    # 25 s a batch: 75 s after the start at batch 3, 75 s later at batch 6, and at the end
+    assert [load_checkpoint(p).batch for p in list_checkpoints(run.checkpoint_dir)] == [3, 6, 7]
+    assert [r["batch"] for r in read_progress(run.progress_path)] == [str(b) for b in range(1, 8)]  # a row each
+
+
+def test_a_run_killed_between_checkpoints_replays_the_batches_since_to_the_same_weights(tmp_path):
+    """As if the driver were killed after batch 4's row with its last checkpoint at
+    batch 2: the rows after it are dropped, batches 3 and 4 played again."""
+    train(tmp_path / "r", workers=0, iterations=4, checkpoint_every=0)
+    for batch in (3, 4):
+        (tmp_path / "r" / "checkpoints" / f"ckpt-{batch:06d}.npz").unlink()
+    assert [r["batch"] for r in read_progress(tmp_path / "r" / "progress.csv")] == ["1", "2", "3", "4"]
+    resumed = train(tmp_path / "r", workers=0, iterations=4, checkpoint_every=0)
+    one_go = train(tmp_path / "one", workers=0, iterations=4)
+    np.testing.assert_array_equal(resumed.weights.W1, one_go.weights.W1)
+    np.testing.assert_array_equal(resumed.cache.W2, one_go.cache.W2)
+    assert learning_columns(tmp_path / "r") == learning_columns(tmp_path / "one")

@@ -27,6 +27,7 @@ from pgpong.schedule import (
 
 # An RMSProp step moves each weight by about the learning rate: past 1 it is noise.
 MAX_LEARNING_RATE = 1.0
+MAX_BATCH = 8192  # the most matches an exact sum of gradients holds (pool/sums.py: 2**13 x 2**50 < 2**63)
 MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
 
 
@@ -108,6 +109,13 @@ class TrainConfig:
         shown="the CPUs of the Ray cluster",
     )
     keep_checkpoints: int = setting(3, "how many of the newest checkpoints to keep", learning=False)
+    checkpoint_every: float = setting(
+        60.0,
+        "write a checkpoint after the first batch that ends this many seconds after the last one (0: after every "
+        "batch), and always at the end; a kill replays at most the batches since, to the same weights",
+        learning=False,
+        metavar="SECONDS",
+    )
 
     def __post_init__(self) -> None:
         # What is not given follows the batch rule (a bad batch size is validate()'s to report).
@@ -123,8 +131,8 @@ class TrainConfig:
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
         check(is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}")
         check(
-            is_int(self.batch_size) and self.batch_size >= 1,
-            f"--batch-size must be at least 1, got {self.batch_size}",
+            is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH,
+            f"--batch-size must be at least 1 and at most {MAX_BATCH}, got {self.batch_size}",
         )
         check(
             self.ramp_from is None or (is_int(self.ramp_from) and 1 <= self.ramp_from <= self.batch_size),
@@ -172,6 +180,10 @@ class TrainConfig:
         check(
             is_int(self.keep_checkpoints) and self.keep_checkpoints >= 1,
             f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}",
+        )
+        check(
+            is_number(self.checkpoint_every) and self.checkpoint_every >= 0,
+            f"--checkpoint-every must be 0 or more seconds, got {self.checkpoint_every}",
         )
         return self
 

@@ -33,14 +33,13 @@ def per_match_gradients(weights: Params, matches: int, seed: int, env_id: str, m
     played in this process with the training's own seeds and code."""
     from threadpoolctl import threadpool_limits
 
-    from pgpong.pool import WorkerSettings
-    from pgpong.pool.worker import RolloutWorker
-    from pgpong.rollout import EpisodeId
+    from pgpong.envs import make_env
+    from pgpong.rollout import EpisodeId, play_episode
 
-    worker = RolloutWorker(WorkerSettings(env_id, max_episode_steps, 0.99), pin_threads=False)
+    env = make_env(env_id, max_episode_steps)
     with threadpool_limits(1):
         for k in range(matches):
-            result = worker.play(weights, EpisodeId(seed, 0, k))
+            result = play_episode(env, weights, EpisodeId(seed, 0, k), 0.99)
             yield result.grad.dense(weights.W1.shape[1]), result.steps
 
 

@@ -2,17 +2,17 @@
 constants measured on this project's machine (docs/SCALING.md says how).
 
     seconds per update = play + overhead
-      play      the makespan of the batch's matches under pgpong's own rules: chunks of
-                16 episodes (chunks.py) handed to nodes in proportion to their workers
-                (chunks.assign_units), each node's episodes to its first free worker
-                in episode order; a match lasts its steps at the per-core speed, plus
-                Ray's pause between two matches of a worker
+      play      the makespan of the batch's matches under pgpong's own rule: each match,
+                in episode order, to the first free worker anywhere (on several nodes,
+                through the queue: a worker that frees up waits for its node's request);
+                a match lasts its steps at the per-core speed, plus Ray's pause between
+                two matches of a worker
       overhead  what an update adds beyond its matches, measured on one uncontended
-                node: publishing the weights, the last chunk's sum and transfer, the
-                driver's adding and RMSProp step
-    driver CPU  a fixed part (checkpoint, RMSProp, publishing) plus a part per chunk
-                sum received (deserialising and adding it)
-    bytes into the driver  one chunk sum per chunk
+                node: publishing the weights, the last sums (the node's, then the
+                reducer's on several nodes), the driver's RMSProp step
+    driver CPU  a fixed part (publishing, receiving the sum, RMSProp) plus a part per
+                node (its reports and its sum's hand-over)
+    bytes into the driver  one float32 sum on the pixels the batch touched
     and an update takes at least the driver's CPU time
 
 Run `python -m pgpong.scaling` for the tables docs/SCALING.md and the README quote.
@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from pgpong.chunks import assign_units, chunk_sizes
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
 # --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
@@ -90,44 +88,31 @@ LENGTHS = {"early": EARLY, "late": LATE}
 
 @dataclass(frozen=True)
 class Constants:
-    """Measured on this project's machine (2 cores, AMD EPYC), 2026-11-23; docs/SCALING.md."""
+    """Measured on this project's machine (2 cores, AMD EPYC); docs/SCALING.md."""
 
     lengths: tuple[int, ...]  # match lengths to draw from
     steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
     overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
-    overhead_s_per_match: float  # ... plus this per match the busiest node hands out and sums
-    driver_fixed_ms: float  # driver CPU per update whatever the batch (--simulate 1x64, batch 1)
-    driver_ms_per_chunk: float  # driver CPU per chunk sum received and added (--simulate 11x18, batch 300)
-    chunk_bytes: float  # a chunk sum (16 matches' touched pixels), into the driver
+    overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
+    driver_fixed_ms: float  # driver CPU per update whatever the batch (--simulate 1x64)
+    driver_ms_per_node: float  # driver CPU per node: its reports and its sum's hand-over (--simulate 11x18)
+    sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
     ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
+    queue_s: float = 0.002  # on several nodes, a freed worker's wait for its node's request to the queue
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.020, 0.00085, 36, 5.2, 38.4 / 19 * 2**20),
-    "late": Constants(LATE, 2_600, 0.020, 0.0018, 40, 7.8, 78.1 / 19 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.020, 0.004, 20, 1.0, 2.5 * 2**20),
+    "late": Constants(LATE, 2_600, 0.020, 0.006, 22, 1.0, 5.0 * 2**20),
 }
 
 
-def node_makespan(durations: list[float], workers: int, pause: float) -> float:
-    """Episodes in order, each to the first free worker of the node: when the last ends."""
+def makespan(durations: list[float], workers: int, pause: float) -> float:
+    """Episodes in order, each to the first free worker: when the last ends."""
     free = [0.0] * workers
     for duration in durations:
         heapq.heappush(free, heapq.heappop(free) + duration + pause)
     return max(free)
-
-
-def makespan(durations: list[float], node_workers: list[int], pause: float) -> float:
-    """The batch's playing time under pgpong's rules: on one node, every episode to
-    the first free worker; on several, chunks to nodes (chunks.assign_units)."""
-    if len(node_workers) == 1:
-        return node_makespan(durations, node_workers[0], pause)
-    sizes = chunk_sizes(len(durations))
-    starts = np.cumsum([0, *sizes])
-    ends = []
-    for workers, units in zip(node_workers, assign_units(len(sizes), node_workers), strict=True):
-        mine = [d for u in units for d in durations[starts[u] : starts[u + 1]]]
-        ends.append(node_makespan(mine, workers, pause) if mine else 0.0)
-    return max(ends)
 
 
 def best_whole_matches(durations: list[float], workers: int) -> float:
@@ -144,18 +129,16 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
     """Medians over `samples` batches whose match lengths are drawn from c.lengths."""
     rng = np.random.default_rng(0)
     workers = nodes * cpus
-    node_workers = [cpus] * nodes
-    busiest = batch if nodes == 1 else max(map(len, assign_units(len(chunk_sizes(batch)), node_workers))) * 16
+    pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
     rows = []
     for _ in range(samples):
         durations = list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core)
-        play = makespan(durations, node_workers, c.ray_s_per_match)
-        seconds = play + c.overhead_s + c.overhead_s_per_match * min(busiest, batch)
+        play = makespan(durations, workers, pause)
+        seconds = play + c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
         lower = max(max(durations), sum(durations) / workers)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play))
     seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
-    chunks = len(chunk_sizes(batch))
-    driver_ms = c.driver_fixed_ms + chunks * c.driver_ms_per_chunk
+    driver_ms = c.driver_fixed_ms + (nodes if nodes > 1 else 0) * c.driver_ms_per_node
     seconds = max(seconds, driver_ms / 1e3)  # the driver cannot do an update's work in less
     return {
         "batch_size": batch,
@@ -166,8 +149,9 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         "efficiency": lower / seconds,
         "best_whole_matches_s": best,
         "pgpong_schedule_s": play,
+        "of_best_whole_matches": seconds / best,
         "driver_cpu_ms": driver_ms,
-        "bytes_into_driver": chunks * c.chunk_bytes,
+        "bytes_into_driver": c.sum_bytes,
     }
 
 

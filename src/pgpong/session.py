@@ -151,7 +151,7 @@ def open_trainer(
         try:
             yield trainer
         finally:
-            trainer.checkpoints.close()
+            trainer.close()
     finally:
         log.close()
 

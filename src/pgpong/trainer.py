@@ -1,11 +1,12 @@
-"""The training loop: publish weights, play a batch, add its chunk sums in order,
-one RMSProp step, log a row, checkpoint. The run directory it trains in is opened
-by rundir.py."""
+"""The training loop: play a batch (the pool sums its gradients exactly), one RMSProp
+step, log a row, and now and then a checkpoint. The run directory it trains in is
+opened by rundir.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import queue
+import signal
 import threading
 import time
 from collections import Counter
@@ -49,7 +50,9 @@ class Trainer:
         self.state.info = config.to_dict()  # every checkpoint says what made it
         self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
+        self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_end: float | None = None  # wall time counts the gaps between batches too
+        self._broken = False  # a step made the weights non-finite: they are not saved
 
     def train(
         self,
@@ -63,19 +66,19 @@ class Trainer:
                 self.state
             ):
                 each(self.train_batch())
-        finally:  # however it ends (Ctrl-C too), the newest row and its checkpoint reach the disk
-            self.checkpoints.close()
+        finally:  # however it ends (Ctrl-C too), the last finished batch's checkpoint reaches the disk
+            self.close()
         return self.state
 
     def train_batch(self) -> BatchReport:
-        """One synchronous update: play the batch, sum its gradients, step, log, checkpoint."""
+        """One synchronous update: play the batch and sum its gradients, step, log,
+        and checkpoint when --checkpoint-every seconds have passed since the last one."""
         cfg, state, pool = self.config, self.state, self.pool
         began, clock = time.monotonic(), PhaseClock()
         batch_size, learning_rate, self.optimizer.decay_rate = schedule.update_settings(cfg, state.episodes)
         warmup = schedule.warmup_factor(cfg, state.batch)  # 1 with --warmup off
         self.optimizer.learning_rate = learning_rate * warmup
         episodes = [EpisodeId(cfg.seed, state.batch, k) for k in range(batch_size)]
-        grad = state.weights.zeros_like()
         scores: list[float] = []
         lengths: list[int] = []
         durations: list[float] = []
@@ -90,58 +93,100 @@ class Trainer:
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
-        played = pool.play_batch(state.weights, episodes, finished)
-        for chunk in played:  # chunk sums, in chunk order (pool/sums.py)
-            with clock("sum gradients"):
-                chunk.grad.add_to(grad)
-        measured = played.measures
-        with clock("checkpoint write"):  # the previous batch's, written while this one played:
-            self.checkpoints.wait()  # done before the step below changes the arrays it reads
+        played = pool.play_batch(state.weights, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
-        _check_finite(grad, "the batch's summed gradient", *checked)
-        with clock("rmsprop step"):
-            self.optimizer.step(state.weights, grad)
-        _check_finite(state.weights, "the weights", *checked)
-        _check_finite(state.cache, "the RMSProp cache", *checked)
-
-        batch_s = time.monotonic() - began
-        state.batch += 1
-        state.episodes += len(episodes)
-        state.env_steps += sum(lengths)
-        state.wall_s += batch_s if self._last_end is None else time.monotonic() - self._last_end
-        row = BatchRow.of_batch(
-            state,
-            batch_s,
-            scores,
-            lengths,
-            workers=pool.num_workers,
-            workers_replaced=measured.replaced,
-            barrier_s=measured.barrier_s or 0.0,
-        )
-        phases = dict(measured.phases())  # the pool's own (publish, its summing, the barrier), the driver's below
-        for name, seconds in clock.seconds.items():
-            phases[name] = phases.get(name, 0.0) + seconds
-        self.log.show(row, phases)
-        # On disk while the next batch plays; its progress.csv row follows it there.
-        self.checkpoints.write(state, then=lambda: self.log.record(row, phases))
+        _check_finite(played.grad, "the batch's summed gradient", *checked)
+        with signals_held():  # the step, the counters and the row: all of the batch or none of it
+            with clock("rmsprop step"):
+                self.optimizer.step(state.weights, played.grad)
+            self._broken = True  # until the step is known to be finite: then nothing of it may be saved
+            _check_finite(state.weights, "the weights", *checked)
+            _check_finite(state.cache, "the RMSProp cache", *checked)
+            self._broken = False
+            batch_s = time.monotonic() - began
+            state.batch += 1
+            state.episodes += len(episodes)
+            state.env_steps += sum(lengths)
+            state.wall_s += batch_s if self._last_end is None else time.monotonic() - self._last_end
+            measured = played.measures
+            row = BatchRow.of_batch(
+                state,
+                batch_s,
+                scores,
+                lengths,
+                workers=pool.num_workers,
+                workers_replaced=measured.replaced,
+                barrier_s=measured.barrier_s or 0.0,
+            )
+            if time.monotonic() - self._checkpointed[1] >= cfg.checkpoint_every:
+                with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
+                    self.checkpoint()
+            phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
+            self.log.show(row, phases)
+            try:
+                self.log.record(row, phases)
+            except OSError as exc:
+                raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
         self._last_end = time.monotonic()
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in)
 
+    def checkpoint(self) -> None:
+        """Write the state as it is now (a snapshot) in the background, unless its
+        batch has a checkpoint already; raise if an earlier write failed."""
+        if self._checkpointed[0] != self.state.batch:
+            self.checkpoints.write(snapshot(self.state))
+        self._checkpointed = (self.state.batch, time.monotonic())
+
+    def close(self) -> None:
+        """Checkpoint the last finished batch if it has none, and wait until it is on disk."""
+        try:
+            if not self._broken:
+                with signals_held():
+                    self.checkpoint()
+        finally:
+            self.checkpoints.close()
+
+
+def snapshot(state: TrainingState) -> TrainingState:
+    """A copy of the state that later steps do not change (about 10 MB: a few ms)."""
+    return dataclasses.replace(
+        state, weights=Params.of(state.weights.W1, state.weights.W2), cache=Params.of(state.cache.W1, state.cache.W2)
+    )
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done: noted meanwhile, then raised
+    again for the handlers they had (in the main thread, where Python runs them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in HELD}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
+
+
+HELD = (signal.SIGINT, signal.SIGTERM)
+
 
 class CheckpointWriter:
-    """Writes each batch's checkpoint, then its progress.csv row, in a thread of its
-    own while the next batch plays, so the write (checksum, savez, fsync: about
-    30 ms) is off the workers' path. One write at a time; wait() returns once both
-    are on disk, or raises RunWriteError. The write reads the state's arrays without
-    copying them: wait() before changing them.
+    """Writes checkpoints in a thread of its own while the next batches play, so the
+    write (checksum, savez, fsync: about 30 ms for 10 MB) is off the workers' path.
+    It is given snapshots (copies), so training goes on meanwhile. One write at a
+    time; wait() returns once the last is on disk, or raises RunWriteError.
 
     A signal (Ctrl-C) never interrupts the write itself, which is in the other thread;
     the trainer waits for it however it stops. Should the process be killed
-    mid-write, the checkpoint's rename has not happened and its row was not written:
-    the run resumes from the checkpoint before, which has its row. Killed after the
-    rename but before the row, the resume passes over that checkpoint too
-    (rundir._resume_state) and plays its batch again."""
+    mid-write, the checkpoint's rename has not happened: the run resumes from the one
+    before, and progress.csv's rows after it are dropped and their batches played
+    again, to the same weights (rundir.py)."""
 
     def __init__(self, run: Run, keep: int):
         self.run = run
@@ -151,20 +196,16 @@ class CheckpointWriter:
         self._thread = threading.Thread(target=self._serve, name="pgpong-checkpoint", daemon=True)
         self._thread.start()
 
-    def write(self, state: TrainingState, then: Callable[[], None]) -> None:
+    def write(self, state: TrainingState) -> None:
         if not self._thread.is_alive():
             raise RuntimeError("the checkpoint writer is closed")
         self.wait()
-        # The counters change as the next batch plays, so they are copied; the arrays
-        # only change in its RMSProp step, which waits for this write first.
-        self._jobs.put((dataclasses.replace(state), then))
+        self._jobs.put(state)
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            state, then = job
+        while (state := self._jobs.get()) is not None:
             try:
                 save_checkpoint(state, self.run.checkpoint_dir, keep=self.keep)
-                then()
             except BaseException as exc:  # handed to the training thread by wait()
                 self._error = exc
             finally:

@@ -19,10 +19,12 @@ figures for real workers (bench on this machine or a real cluster).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +36,9 @@ from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.sums import Played
 from pgpong.pool.worker import PublishedWeights, WeightsCache, WorkerKind, publish
-from pgpong.rollout import EpisodeId, EpisodeResult
+from pgpong.rollout import EpisodeId
 
 
 class SimulatedWorkers:
@@ -43,7 +46,7 @@ class SimulatedWorkers:
     A slot plays one match at a time: the bank's match for that episode, as long as
     it would take here, with its real gradient."""
 
-    def __init__(self, settings: WorkerSettings, bank: list[EpisodeResult], seconds_per_step: float):
+    def __init__(self, settings: WorkerSettings, bank: list[Played], seconds_per_step: float):
         self.settings = settings
         self.bank = bank
         self.seconds_per_step = seconds_per_step
@@ -51,7 +54,7 @@ class SimulatedWorkers:
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId, slot: int = 0) -> EpisodeResult:
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId, slot: int = 0) -> Played:
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another
@@ -59,9 +62,10 @@ class SimulatedWorkers:
             with self._guard:
                 self._weights(weights)  # fetched once a batch, as a real worker does
             match = self.bank[bank_index(episode, len(self.bank))]
-            duration = match.steps * self.seconds_per_step
+            duration = match.stats.steps * self.seconds_per_step
             time.sleep(max(0.0, duration - (time.perf_counter() - began)))
-            return EpisodeResult(episode, match.grad, match.score, match.steps, duration, {}, match.record_bytes)
+            stats = dataclasses.replace(match.stats, episode=episode, seconds=duration, timings={})
+            return Played(stats, match.grad)
 
     def pid(self, slot: int = 0) -> int:
         return os.getpid()
@@ -79,11 +83,11 @@ def bank_index(episode: EpisodeId, size: int) -> int:
 
 @dataclass
 class Bank:
-    matches: list[EpisodeResult]
+    matches: list[Played]
     seconds_per_step: float  # per core, with every core of this machine playing
 
     def summary(self) -> dict[str, Any]:
-        steps = [m.steps for m in self.matches]
+        steps = [m.stats.steps for m in self.matches]
         return {
             "matches": len(steps),
             "steps_mean": statistics.mean(steps),
@@ -103,11 +107,11 @@ def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int
     pool = RayPool(settings, workers, node_id=head)
     try:
         ids = [EpisodeId(seed, 2**31, k) for k in range(matches)]  # a batch number no run reaches
-        played = list(pool.run_batch("play", publish(weights)[0], ids))
+        played = [result for _, result in pool.run("play", publish(weights)[0], deque(enumerate(ids)))]
     finally:
         pool.close()
     # the median match's pace: a worker's first match also pays for its start
-    seconds_per_step = statistics.median(m.seconds / m.steps for m in played)
+    seconds_per_step = statistics.median(m.stats.seconds / m.stats.steps for m in played)
     return Bank(played, seconds_per_step)
 
 

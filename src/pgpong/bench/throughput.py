@@ -336,7 +336,7 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     try:
         before = ray.get(probe.peak_rss.remote(), timeout=Limits().start_s)
         episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))
-        result = ray.get(episode, timeout=Limits().stall_s)
+        result = ray.get(episode, timeout=Limits().stall_s).stats
         peak = ray.get(probe.peak_rss.remote(), timeout=Limits().stall_s)
     finally:
         ray.kill(probe)

@@ -2,9 +2,9 @@
 
 A pool takes the weights and a list of episode ids and plays them: in this process
 (local.py, --workers 0), on Ray actors of one node (ray_pool.py), or through a leader
-on each node of a cluster (cluster_pool.py). Whatever the pool, it gives the batch's
-chunk sums (sums.py) in chunk order, so the sum of gradients is the same for any
-number of workers and nodes.
+on each node of a cluster, pulling matches from one queue (cluster_pool.py,
+queue.py). Whatever the pool, it gives the exact sum of the batch's gradients
+(sums.py), the same to the bit for any number of workers and nodes.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pgpong.cluster import cluster_cpus, start_ray
 from pgpong.pool.base import (
     BatchMeasures,
+    BatchResult,
     Finished,
     Limits,
-    PlayedBatch,
     Pool,
     PoolError,
     WorkerSettings,
@@ -27,14 +27,14 @@ from pgpong.pool.local import LocalPool
 from pgpong.pool.worker import RolloutWorker, WorkerKind
 
 # More workers than this on one node also get a leader (cluster_pool.py): the driver
-# then hears of chunks, not of every episode.
+# then hears of a few reports per node, not of every episode.
 LEADERS_ABOVE = 16
 
 __all__ = [
     "BatchMeasures",
+    "BatchResult",
     "Finished",
     "Limits",
-    "PlayedBatch",
     "Pool",
     "PoolError",
     "WorkerSettings",

@@ -1,16 +1,15 @@
 """What every pool shares: the settings its workers are built from, its time limits,
-what playing a batch returns (the chunk sums, then what the batch measured), the Pool
-interface and its error."""
+what playing a batch returns (the sum of its gradients, and what the batch measured),
+the Pool interface and its error."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pgpong.policy import Params
-from pgpong.pool.sums import ChunkResult
 from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
 
 
@@ -64,16 +63,31 @@ class BatchMeasures:
         return self.seconds if self.barrier_s is None else {**self.seconds, "barrier": self.barrier_s}
 
 
-class PlayedBatch:
-    """A batch as it is played: iterating gives its chunk sums in chunk order;
-    `measures` is complete once the last one has come."""
+@dataclass
+class BatchResult:
+    """A batch played: the exact sum of its matches' gradients (pool/sums.py), as
+    float32 weights-shaped arrays (NaN if a gradient was too large to sum), and what
+    playing it measured."""
 
-    def __init__(self, chunks: Iterable[ChunkResult], measures: BatchMeasures):
-        self._chunks = chunks
-        self.measures = measures
+    grad: Params
+    measures: BatchMeasures
 
-    def __iter__(self) -> Iterator[ChunkResult]:
-        return iter(self._chunks)
+
+class InOrder:
+    """Hands `finished` each episode's stats in episode order, whatever order they come in."""
+
+    def __init__(self, finished: Finished):
+        self.finished = finished
+        self._waiting: dict[int, EpisodeStats] = {}
+        self.next = 0
+
+    def add(self, position: int, stats: EpisodeStats) -> None:
+        if position < self.next or position in self._waiting:
+            return  # a match played again after its node was lost: the same stats
+        self._waiting[position] = stats
+        while self.next in self._waiting:
+            self.finished(self._waiting.pop(self.next))
+            self.next += 1
 
 
 class PoolError(RuntimeError):
@@ -91,7 +105,7 @@ class Pool(Protocol):
 
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
-    ) -> PlayedBatch: ...
+    ) -> BatchResult: ...
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
 

@@ -1,61 +1,71 @@
-"""The pool for a cluster of several nodes: a leader on each node, chunks handed to nodes.
+"""The pool for a cluster of several nodes (or many workers): a leader on each node,
+matches pulled from one queue, sums that meet before the driver.
 
-The driver does not talk to every rollout worker: each node has a leader (an actor
-with no CPU of its own) that starts the node's workers, plays the episodes of the
-chunks it is given on them (a RayPool, with everything it does about dead workers),
-and sums each chunk in episode order (sums.py). The driver hands each node a share
-of the batch's chunks in proportion to its workers (chunks.assign_units), receives
-one array per chunk as the chunks finish (Ray streams them from the leader), adds
-them in chunk order, and hears of each episode only with its chunk. So what the
-driver receives and does per update grows with the chunks (batch / 16), not with
-the episodes or the workers.
+Each node has a leader (an actor with no CPU of its own) that starts the node's
+workers and plays matches on them (a RayPool, with everything it does about dead and
+stuck workers). The leaders take the batch's matches from one queue (queue.py) as
+their workers free up, so no worker anywhere idles while a match is unplayed. Each
+leader sums its node's matches exactly (sums.py) as they finish, and when the queue
+is empty and its matches are done it sends a reducer (another CPU-less actor, on the
+driver's node) its node's sum; the reducer adds the node sums as they come and turns
+the total into float32 once. The driver hears of matches only as a few small reports
+per node (their scores and lengths) and receives one array per update, whatever the
+batch and the nodes.
 
-A leader that dies (its node lost) costs the chunks it had not yet sent: they are
-played again, with the same seeds, by the other leaders, so the weights are the
-same as without the fault.
+A leader that dies (its node lost) costs the matches it had taken: the queue hands
+them out again and the other leaders play them, with the same seeds. The sums are
+exact, so the weights are the same as without the fault.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pgpong.chunks import assign_units, chunk_sizes, shares, split
-from pgpong.policy import Params
+from pgpong.placement import shares
+from pgpong.policy import EpisodeGradient, Params
 from pgpong.pool.base import (
     BatchMeasures,
+    BatchResult,
     Finished,
+    InOrder,
     Limits,
-    PlayedBatch,
     PoolError,
     WorkerSettings,
     failure_reason,
     ignore_episode,
 )
+from pgpong.pool.queue import QueueFeed, WorkQueue
 from pgpong.pool.ray_pool import RayPool
-from pgpong.pool.sums import ChunkResult, sum_in_chunks
+from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
 from pgpong.pool.worker import PublishedWeights, WorkerKind, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
+REPORT_SECONDS = 0.5  # how often a leader tells the driver which matches it has finished
+_ENDED, _LOST = object(), object()  # what ClusterPool._next says instead of a report
+
 
 @dataclass
-class NodeChunk:
-    """A chunk's sum as a node's leader sends it, with what its pool says so far."""
+class NodeReport:
+    """What a node's leader tells the driver: the matches finished since its last
+    report (position in the batch, and their stats or results); with its last report,
+    where its node's sum is and what it measured."""
 
-    chunk: ChunkResult
-    barrier_s: float  # the node's barrier in this batch (final with the node's last chunk)
-    replaced: int  # workers the node's pool has replaced since it started
-
-
-_ENDED, _LOST = object(), object()  # what ClusterPool._next says instead of a result
+    results: list[tuple[int, Any]] = field(default_factory=list)
+    done: bool = False  # the queue is empty and this node's matches are done
+    summed: list[int] = field(default_factory=list)  # with done: the positions its sum holds
+    sum_ref: Any = None  # with done: the node's sum (an IntegerGradient in its object store)
+    barrier_s: float = 0.0  # with done: its workers' mean idle time at the end
+    replaced: int = 0  # workers its pool has replaced since it started
 
 
 class NodeLeader:
     """Runs on one node with no CPU of its own: that node's rollout workers, and the
-    sums of the chunks they play."""
+    sum of the matches they play."""
 
     def __init__(self, settings: WorkerSettings, workers: int, kind: WorkerKind, limits: Limits):
         import ray
@@ -67,32 +77,56 @@ class NodeLeader:
         """This leader's node and how many of its workers run."""
         return self.node_id, self.pool.num_workers
 
-    def play(self, published: PublishedWeights, chunks: list[list[EpisodeId]]) -> Iterator[Any]:
-        """Play the chunks' episodes on this node's workers, all at once; yield each
-        chunk's sum as it completes, in the order given, as a reference into this
-        node's object store: the driver reads it from its own node's store, where
-        Ray's object manager (not the driver) copies it, instead of receiving it in
-        a reply (about half the driver's CPU per chunk, measured)."""
+    def run(self, method: str, published: PublishedWeights, queue: Any, batch: int, node: int, *args: Any) -> Iterator:
+        """Play matches from the queue on this node's workers until it is empty,
+        reporting every REPORT_SECONDS; "play" also sums them, and the last report
+        says where the sum is."""
         import ray
 
         measures = BatchMeasures()
-        episodes = [episode for chunk in chunks for episode in chunk]
-        played = self.pool.run_batch("play", published, episodes, measures=measures)
-        for chunk in sum_in_chunks(played, [len(chunk) for chunk in chunks]):
-            yield ray.put(NodeChunk(chunk, measures.barrier_s or 0.0, self.pool.replaced))
-
-    def evaluate(self, published: PublishedWeights, units: list[list[EpisodeId]], greedy: bool) -> Iterator[list]:
-        """Play the matches of each unit; yield each unit's results as it completes."""
-        matches = [match for unit in units for match in unit]
-        results = self.pool.run_batch("evaluate", published, matches, greedy)
-        for unit in units:
-            yield [next(results) for _ in unit]
+        total: ExactSum | None = None
+        summed: list[int] = []
+        report, last = NodeReport(), time.monotonic()
+        feed = QueueFeed(queue, batch, node)
+        for position, result in self.pool.run(method, published, deque(), *args, measures=measures, feed=feed):
+            if isinstance(result, Played):
+                total = total or ExactSum(len(result.grad.W2))
+                total.add(result.grad)
+                summed.append(position)
+                result = result.stats
+            report.results.append((position, result))
+            if time.monotonic() - last > REPORT_SECONDS:
+                report.replaced = self.pool.replaced
+                yield report
+                report, last = NodeReport(), time.monotonic()
+        report.done, report.replaced, report.barrier_s = True, self.pool.replaced, measures.barrier_s or 0.0
+        if total is not None:
+            report.summed, report.sum_ref = summed, ray.put(total.compact())
+        yield report
 
     def call_all(self, method: str, *args: Any) -> list:
         return self.pool.call_all(method, *args)
 
     def close(self) -> None:
         self.pool.close()
+
+
+class Reducer:
+    """On the driver's node, with no CPU of its own: adds the nodes' sums of a batch as
+    they come, then gives the total once, in float32."""
+
+    def __init__(self) -> None:
+        self.total: ExactSum | None = None
+
+    def add(self, part: IntegerGradient) -> int:
+        self.total = self.total or ExactSum(len(part.W2))
+        self.total.add(part)
+        return part.matches
+
+    def result(self) -> EpisodeGradient:
+        assert self.total is not None, "a batch has at least one match"
+        total, self.total = self.total, None
+        return total.compact().to_float()
 
 
 class ClusterPool:
@@ -117,17 +151,24 @@ class ClusterPool:
             for (node, _), count in zip(nodes, counts, strict=True)
             if count
         ]
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._queue: Any = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here).remote(num_workers)
+        self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()
         self._leaders: dict[Any, int] = {}  # leader -> its running workers
+        self._names: dict[Any, int] = {}  # leader -> its number in the queue's books
         self._lost_replaced = 0  # workers that went with a lost leader
+        self._batch = 0
         try:
             started = ray.get([leader.ready.remote() for leader in leaders], timeout=limits.start_s)
         except ray.exceptions.RayError as exc:
-            for leader in leaders:
-                ray.kill(leader)
+            for actor in [*leaders, self._queue, self._reducer]:
+                ray.kill(actor)
             raise PoolError(f"a node's leader could not start its rollout workers: {failure_reason(exc)}") from None
-        for leader, (_, running) in zip(leaders, started, strict=True):
-            self._leaders[leader] = running
+        self.node_of: dict[Any, str] = {}  # leader -> its node's id
+        for number, (leader, (node, running)) in enumerate(zip(leaders, started, strict=True)):
+            self._leaders[leader], self._names[leader], self.node_of[leader] = running, number, node
         self._replaced: dict[Any, int] = dict.fromkeys(self._leaders, 0)
+        self._tell_queue_the_workers()
 
     @property
     def num_workers(self) -> int:
@@ -142,86 +183,87 @@ class ClusterPool:
 
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
-    ) -> PlayedBatch:
+    ) -> BatchResult:
+        """Play the batch on every node; the exact sum of its gradients, from the reducer."""
         measures = BatchMeasures()
         published, seconds = publish(weights)
         measures.add_seconds("publish weights", seconds)
-
-        def chunks() -> Iterator[ChunkResult]:
-            replaced = self.replaced
-            for chunk in self._run("play", published, split(episodes, chunk_sizes(len(episodes))), measures=measures):
-                measures.bytes_in += chunk.nbytes
-                measures.replaced = self.replaced - replaced
-                for result in chunk.episodes:
-                    finished(result)
-                yield chunk
-
-        return PlayedBatch(chunks(), measures)
+        replaced, in_order = self.replaced, InOrder(finished)
+        for position, stats in self._run("play", published, episodes, measures):
+            in_order.add(position, stats)
+        part = self._ray.get(self._reducer.result.remote(), timeout=self._limits.stall_s)
+        began = time.perf_counter()
+        grad = part.dense(weights.W1.shape[1])
+        measures.add_seconds(SUMMING, time.perf_counter() - began)
+        measures.bytes_in = part.nbytes
+        measures.replaced = self.replaced - replaced
+        return BatchResult(grad, measures)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
-        units = split(matches, chunk_sizes(len(matches)))
-        for unit in self._run("evaluate", publish(weights)[0], units, greedy):
-            yield from unit
+        results: dict[int, MatchResult] = {}
+        next_out = 0
+        for position, result in self._run("evaluate", publish(weights)[0], matches, BatchMeasures(), greedy):
+            results.setdefault(position, result)
+            while next_out in results:
+                yield results.pop(next_out)
+                next_out += 1
 
     def _run(
-        self,
-        method: str,
-        published: PublishedWeights,
-        units: list[list[EpisodeId]],
-        *args: Any,
-        measures: BatchMeasures | None = None,
-    ) -> Iterator:
-        """Hand the units to the leaders in proportion to their workers, call
-        NodeLeader.`method` on each leader's units (a stream: one result per unit),
-        and yield the results in unit order. The units of a leader that dies go to
-        the others. `measures` gets the batch's barrier."""
-        stall_s = self._limits.stall_s
-        streams: dict[Any, tuple[Any, list[int]]] = {}  # stream -> (leader, positions not yet received)
-
-        def hand_out(positions: list[int]) -> None:
-            for leader, mine in self._assign(positions).items():
-                streams[self._call(leader, method, published, [units[p] for p in mine], *args)] = (leader, mine)
-
-        hand_out(list(range(len(units))))
-        received: dict[int, Any] = {}
-        ends: dict[Any, tuple[float, float]] = {}  # leader -> when its last unit came in, its barrier
-        next_out, last_progress = 0, time.monotonic()
-        while next_out < len(units):
-            ready, _ = self._ray.wait(list(streams), num_returns=1, timeout=1.0)
-            for stream in ready:
-                leader, positions = streams[stream]
-                result = self._next(stream, leader)
-                if result is _ENDED or result is _LOST:
-                    del streams[stream]
-                    if result is _LOST:  # its units not yet received go to the other leaders
-                        hand_out(positions)
+        self, method: str, published: PublishedWeights, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
+    ) -> Iterator[tuple[int, Any]]:
+        """Put the episodes in the queue and have every leader play from it until each
+        is accounted for: for "play", once its node's sum is in the reducer; yield
+        (position, stats or result) as the reports come. A lost leader's matches go
+        back to the queue, and leaders start again while some are unaccounted for."""
+        ray, stall_s = self._ray, self._limits.stall_s
+        self._batch += 1
+        ray.get(self._queue.reset.remote(self._batch, episodes), timeout=stall_s)
+        streams: dict[Any, Any] = {}  # stream -> leader
+        adds: dict[Any, list[int]] = {}  # the reducer's add -> the positions it holds
+        accounted: set[int] = set()
+        ends: dict[Any, tuple[float, float]] = {}  # leader -> when its last report came, its barrier
+        last_progress = time.monotonic()
+        while len(accounted) < len(episodes):
+            if not streams and not adds:  # a round: every leader plays from the queue
+                for leader, number in self._names.items():
+                    streams[self._call(leader, method, published, self._queue, self._batch, number, *args)] = leader
+            ready, _ = ray.wait([*streams, *adds], num_returns=1, timeout=1.0)
+            for ref in ready:
+                if ref in adds:
+                    positions = adds.pop(ref)
+                    try:
+                        ray.get(ref)
+                        accounted.update(positions)
+                    except ray.exceptions.RayError:  # the node's sum was lost on its way: played again
+                        self._queue.put_back.remote(positions)
                     continue
-                if isinstance(result, NodeChunk):
-                    self._replaced[leader] = result.replaced
-                    if len(positions) == 1:  # the leader's last
-                        ends[leader] = (time.perf_counter(), result.barrier_s)
-                    result = result.chunk
-                received[positions.pop(0)] = result
+                leader = streams[ref]
+                report = self._next(ref, leader)
+                if report is _ENDED or report is _LOST:
+                    del streams[ref]
+                    continue
                 last_progress = time.monotonic()
-            while next_out in received:
-                yield received.pop(next_out)
-                next_out += 1
+                self._replaced[leader] = report.replaced
+                yield from report.results
+                if method == "evaluate":  # a match's result is all there is of it
+                    accounted.update(position for position, _ in report.results)
+                if report.done:
+                    ends[leader] = (time.perf_counter(), report.barrier_s)
+                    self._queue.settle.remote(self._names[leader])
+                    if report.sum_ref is not None:
+                        adds[self._reducer.add.remote(report.sum_ref)] = report.summed
             if time.monotonic() - last_progress > stall_s:
-                raise PoolError(f"no chunk finished in {stall_s:.0f} s; giving up")
-        if measures is not None:
-            end = time.perf_counter()
-            idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
-            measures.barrier_s = idle / max(1, self.num_workers)
+                raise PoolError(f"no match finished in {stall_s:.0f} s; giving up")
+        end = time.perf_counter()
+        idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
+        measures.barrier_s = idle / max(1, self.num_workers)
 
     def _next(self, stream: Any, leader: Any) -> Any:
-        """The stream's next result (fetched from the leader's node when it is a
-        reference), _ENDED when the stream has ended, _LOST when its leader is lost."""
+        """The stream's next report, _ENDED when the stream has ended, _LOST when its
+        leader is lost (its matches go back to the queue)."""
         ray = self._ray
         try:
-            result = ray.get(next(stream))
-            if isinstance(result, ray.ObjectRef):  # a chunk sum in the leader's object store
-                result = ray.get(result, timeout=self._limits.stall_s)
-            return result
+            return ray.get(next(stream))
         except StopIteration:
             return _ENDED
         except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
@@ -230,38 +272,36 @@ class ClusterPool:
             self._lost(leader, exc)
             return _LOST
 
-    def _assign(self, positions: list[int]) -> dict[Any, list[int]]:
-        """The units at `positions` handed to the leaders (assign_units)."""
-        if not self._leaders:
-            raise PoolError("every node's leader is lost: no rollout worker is left")
-        leaders = list(self._leaders)
-        given = assign_units(len(positions), [self._leaders[lead] for lead in leaders])
-        return {lead: [positions[i] for i in mine] for lead, mine in zip(leaders, given, strict=True) if mine}
+    def _call(self, leader: Any, method: str, *args: Any) -> Any:
+        """NodeLeader.run(`method`, *args) on `leader`, its reports as a stream."""
+        return leader.run.options(num_returns="streaming").remote(method, *args)
 
     def _lost(self, leader: Any, exc: BaseException) -> None:
         if leader in self._leaders:
             self._lost_replaced += self._leaders.pop(leader)
             self._replaced.pop(leader, None)
+            self._ray.get(self._queue.give_back.remote(self._names.pop(leader)), timeout=self._limits.stall_s)
+            self._tell_queue_the_workers()
             self._ray.kill(leader, no_restart=True)
         if not self._leaders:
             raise PoolError(f"every node's leader is lost: {failure_reason(exc)}")
 
-    def _call(self, leader: Any, method: str, *args: Any) -> Any:
-        """NodeLeader.`method`(*args) on `leader`, its results as a stream."""
-        return getattr(leader, method).options(num_returns="streaming").remote(*args)
+    def _tell_queue_the_workers(self) -> None:
+        queue: Any = self._queue
+        queue.set_workers.remote(self.num_workers)
 
     def call_all(self, method: str, *args: Any) -> list:
         """Call a worker method on every running worker of every node; answers in order."""
-        answers = self._ray.get(
-            [lead.call_all.remote(method, *args) for lead in self._leaders], timeout=self._limits.stall_s
-        )
-        return [answer for node in answers for answer in node]
+        calls = [lead.call_all.remote(method, *args) for lead in self._leaders]
+        return [answer for node in self._ray.get(calls, timeout=self._limits.stall_s) for answer in node]
 
     def close(self) -> None:
         for leader in self._leaders:
             with contextlib.suppress(self._ray.exceptions.RayError):
                 self._ray.get(leader.close.remote(), timeout=10)
             self._ray.kill(leader)
+        for actor in (self._queue, self._reducer):
+            self._ray.kill(actor)
         self._leaders = {}
 
 

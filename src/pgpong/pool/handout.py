@@ -59,11 +59,12 @@ class HandOut:
         self._with = [deque(workers), deque()]  # candidates holding 0 and 1 (checked when taken)
         self._idle_since: dict[Any, float] = {}  # worker -> when it ran out of work in this batch
 
-    def out(self, todo: deque[int]) -> Iterator[tuple[Any, int]]:
-        """(worker, position) for every episode handed out now, taken from `todo`."""
+    def out(self, todo: deque, elsewhere: int = 0) -> Iterator[tuple[Any, Any]]:
+        """(worker, episode) for every episode handed out now, taken from `todo`;
+        `elsewhere` more are still to come (a cluster's queue)."""
         for depth in range(LOOKAHEAD):
             queue = self._with[depth]
-            while todo and queue and (depth == 0 or len(todo) >= 2 * len(self.held)):
+            while todo and queue and (depth == 0 or len(todo) + elsewhere >= 2 * len(self.held)):
                 worker = queue.popleft()
                 if self.held.get(worker) != depth:  # stale: it took or finished one since
                     continue
@@ -81,6 +82,10 @@ class HandOut:
         self._with[self.held[worker]].append(worker)
         if idle and not self.held[worker]:
             self._idle_since.setdefault(worker, time.perf_counter())
+
+    def free(self) -> int:
+        """How many workers hold no episode."""
+        return sum(1 for held in self.held.values() if not held)
 
     def join(self, worker: Any) -> None:
         self.held[worker] = 0

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from threadpoolctl import threadpool_limits
 
-from pgpong.chunks import chunk_sizes
 from pgpong.policy import Params
-from pgpong.pool.base import BatchMeasures, Finished, PlayedBatch, WorkerSettings, ignore_episode
-from pgpong.pool.sums import SUMMING, ChunkResult, sum_in_chunks
+from pgpong.pool.base import BatchMeasures, BatchResult, Finished, WorkerSettings, ignore_episode
+from pgpong.pool.sums import SUMMING, ExactSum
 from pgpong.pool.worker import RolloutWorker
 from pgpong.rollout import EpisodeId, MatchResult
 
@@ -26,10 +26,19 @@ class LocalPool:
 
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
-    ) -> PlayedBatch:
-        measures = BatchMeasures()  # nothing crosses a process boundary: no bytes in
-        played = (self.worker.play(weights, episode) for episode in episodes)
-        return PlayedBatch(_timed(sum_in_chunks(played, chunk_sizes(len(episodes)), finished), measures), measures)
+    ) -> BatchResult:
+        measures = BatchMeasures()  # nothing crosses a process boundary: no bytes in, no barrier
+        total = ExactSum(weights.hidden)
+        for episode in episodes:
+            played = self.worker.play(weights, episode)
+            began = time.perf_counter()
+            total.add(played.grad)
+            measures.add_seconds(SUMMING, time.perf_counter() - began)
+            finished(played.stats)
+        began = time.perf_counter()
+        grad = total.to_params()
+        measures.add_seconds(SUMMING, time.perf_counter() - began)
+        return BatchResult(grad, measures)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         for match in matches:
@@ -41,10 +50,3 @@ class LocalPool:
     def close(self) -> None:
         self.worker.env.close()
         self._limit.restore_original_limits()
-
-
-def _timed(chunks: Iterator[ChunkResult], measures: BatchMeasures) -> Iterator[ChunkResult]:
-    """The chunks, with the time spent summing them in this process added to `measures`."""
-    for chunk in chunks:
-        measures.add_seconds(SUMMING, chunk.sum_s)
-        yield chunk

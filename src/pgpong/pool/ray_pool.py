@@ -1,5 +1,6 @@
 """The pool on one node: long-lived Ray actors, one CPU each (Crew), and the batch
-played on them (RayPool). The weights are published once per batch.
+played on them (RayPool), each match on the first free worker. The weights are
+published once per batch.
 
 A worker that dies (crash, kill, lost node) is replaced and its episode played again
 with the same seed, by whichever worker is free first; a replacement gets work only
@@ -12,23 +13,23 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
-from pgpong.chunks import chunk_sizes
 from pgpong.cluster import cluster_cpus
 from pgpong.policy import Params
 from pgpong.pool.base import (
     BatchMeasures,
+    BatchResult,
     Finished,
+    InOrder,
     Limits,
-    PlayedBatch,
     PoolError,
     WorkerSettings,
     failure_reason,
     ignore_episode,
 )
 from pgpong.pool.handout import LOOKAHEAD, HandOut, Watch
-from pgpong.pool.sums import SUMMING, sum_in_chunks
+from pgpong.pool.sums import SUMMING, ExactSum, Played
 from pgpong.pool.worker import PublishedWeights, RolloutWorker, Slot, WorkerKind, process_of, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
@@ -117,9 +118,22 @@ class Crew:
         self.ready, self.starting = [], {}
 
 
+class Feed(Protocol):
+    """Episodes for a run that come from elsewhere as it goes (a cluster's queue)."""
+
+    remaining: int  # episodes still elsewhere, as last heard
+    exhausted: bool  # nothing more will come
+
+    def pending(self) -> list: ...  # the requests in flight, to wait on
+
+    def ask(self, local: int, free: int) -> None: ...  # ask for more if `local` episodes are too few
+
+    def receive(self, ref: Any) -> list | None: ...  # what a finished request brought (None: not ours)
+
+
 class RayPool:
     """Long-lived Ray actors, one CPU each, playing the batches: each episode to the
-    first free worker, results in episode order."""
+    first free worker."""
 
     def __init__(
         self,
@@ -146,77 +160,92 @@ class RayPool:
 
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
-    ) -> PlayedBatch:
+    ) -> BatchResult:
+        """Play the batch; its gradients' exact sum, added here as the matches come in."""
         measures = BatchMeasures()
         published, seconds = publish(weights)
         measures.add_seconds("publish weights", seconds)
-
-        def chunks() -> Iterator:
-            replaced = self.replaced
-            played = self.run_batch("play", published, episodes, measures=measures)
-            for chunk in sum_in_chunks(played, chunk_sizes(len(episodes)), finished):
-                measures.add_seconds(SUMMING, chunk.sum_s)
-                measures.replaced = self.replaced - replaced
-                yield chunk
-
-        return PlayedBatch(chunks(), measures)
+        replaced, total, in_order = self.replaced, ExactSum(weights.hidden), InOrder(finished)
+        for position, played in self.run("play", published, deque(enumerate(episodes)), measures=measures):
+            began = time.perf_counter()
+            total.add(played.grad)
+            measures.add_seconds(SUMMING, time.perf_counter() - began)
+            in_order.add(position, played.stats)
+        began = time.perf_counter()
+        grad = total.to_params()
+        measures.add_seconds(SUMMING, time.perf_counter() - began)
+        measures.replaced = self.replaced - replaced
+        return BatchResult(grad, measures)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
-        return self.run_batch("evaluate", publish(weights)[0], matches, greedy)
+        results: dict[int, MatchResult] = {}
+        next_out = 0
+        for position, result in self.run("evaluate", publish(weights)[0], deque(enumerate(matches)), greedy):
+            results[position] = result
+            while next_out in results:
+                yield results.pop(next_out)
+                next_out += 1
 
-    def run_batch(
+    def run(
         self,
         method: str,
         published: PublishedWeights,
-        episodes: list[EpisodeId],
+        todo: deque,
         *args: Any,
         measures: BatchMeasures | None = None,
-    ) -> Iterator:
-        """Call RolloutWorker.`method`(published, episode, *args) for every episode;
-        yield the results in episode order. `measures` gets the bytes received and
+        feed: Feed | None = None,
+    ) -> Iterator[tuple[Any, Any]]:
+        """Call RolloutWorker.`method`(published, episode, *args) for every (key,
+        episode) of `todo`, and of what `feed` brings, each on the first free worker;
+        yield (key, result) as each finishes. `measures` gets the bytes received and
         the barrier."""
         ray, crew, stall_s = self._ray, self.crew, self._limits.stall_s
         measures = measures or BatchMeasures()
-        todo = deque(range(len(episodes)))
         hand = HandOut(crew.ready)
-        running: dict = {}  # task ref -> (worker, position in episodes)
-        finished: dict[int, Any] = {}
-        next_out, last_progress = 0, time.monotonic()
-
+        running: dict = {}  # task ref -> (worker, key, episode)
+        last_progress = time.monotonic()
+        more = lambda: feed is not None and not feed.exhausted  # noqa: E731
         watch = self._watch.new_batch()
-        while next_out < len(episodes):
-            for worker, position in hand.out(todo):
-                running[getattr(worker, method).remote(published, episodes[position], *args)] = (worker, position)
+        while todo or running or more():
+            if feed is not None:
+                feed.ask(len(todo), hand.free())
+            for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):
+                running[getattr(worker, method).remote(published, episode, *args)] = (worker, key, episode)
                 watch.busy(worker)
             for worker in watch.stuck():  # its calls fail now, and go to the dead-worker path below
                 ray.kill(process_of(worker), no_restart=True)
                 watch.forget(worker)
-            done, _ = ray.wait([*running, *crew.starting], num_returns=1, timeout=1.0)
+            waiting = [*running, *crew.starting, *(feed.pending() if feed is not None else ())]
+            done, _ = ray.wait(waiting, num_returns=1, timeout=1.0)
             for ref in done:
-                if ref in crew.starting:
-                    for worker in crew.poll_starting(timeout=0):
-                        hand.join(worker)
+                if ref not in running:  # a worker that started, or the feed's answer
+                    self._arrived(ref, hand, todo, feed)
                     continue
-                worker, position = running.pop(ref)
+                worker, key, episode = running.pop(ref)
                 result = self._result(ref, worker, hand)
                 if result is None:  # its worker died (or was stuck): played again, with the same seed
                     watch.forget(worker)
-                    todo.appendleft(position)
+                    todo.appendleft((key, episode))
                     continue
-                finished[position] = result
                 measures.bytes_in += _grad_bytes(result)
                 last_progress = time.monotonic()
-                hand.back(worker, idle=not todo)
+                hand.back(worker, idle=not todo and not more())
                 watch.done(worker, busy=hand.held.get(worker, 0) > 0)
-            if not running and not todo:  # the slowest episode is in: the barrier is over
+                yield key, result
+            if not running and not todo and not more():  # the slowest episode is in: the barrier is over
                 measures.barrier_s = hand.idle_seconds() / max(1, len(crew.ready))
-            while next_out in finished:
-                yield finished.pop(next_out)
-                next_out += 1
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no episode finished in {stall_s:.0f} s; giving up")
             if not crew.ready and not crew.starting:
                 raise PoolError("no rollout worker is left")
+
+    def _arrived(self, ref: Any, hand: HandOut, todo: deque, feed: Feed | None) -> None:
+        """A worker has started (it joins the hand-out), or the feed brought episodes."""
+        if ref in self.crew.starting:
+            for worker in self.crew.poll_starting(timeout=0):
+                hand.join(worker)
+        elif feed is not None:
+            todo.extend(feed.receive(ref) or ())
 
     def _result(self, ref: Any, worker: Any, hand: HandOut) -> Any:
         """The task's result, or None if its worker died (replaced here, once per death)."""
@@ -248,5 +277,4 @@ class RayPool:
 
 
 def _grad_bytes(result: Any) -> int:
-    grad = getattr(result, "grad", None)
-    return grad.nbytes if grad is not None else 0
+    return result.grad.nbytes if isinstance(result, Played) else 0

@@ -1,88 +1,118 @@
-"""How a batch's gradients are summed: each chunk's (chunks.py) in episode order,
-starting from zero, wherever the chunk was played (the driver itself, or the leader
-of the node that played it); the driver adds the chunk sums in chunk order. So the
-weights are the same to the bit for any number of workers and nodes, after faults
-and resumes, and the driver receives one array per chunk instead of one per episode.
+"""How a batch's gradients are summed: exactly, in integers, so the sum is the same to
+the bit in any order and any grouping.
 
-A batch of at most 16 episodes is one chunk, summed exactly as a flat sum in
-episode order: 0 + S = S to the bit, because a sum that starts at +0 never becomes
--0 (so adding the zeros of an untouched pixel changes nothing either).
+Float addition depends on its order; integer addition does not. Each match's float32
+gradient is written in fixed point, every value rounded to the nearest multiple of
+2**-36 in an int64 (exact: float32 -> float64 -> times a power of two -> round half to
+even), and the integers are summed wherever it suits the pool: in the driver as the
+matches come in, on a node as its workers finish, and node sums in whatever order the
+nodes finish. The batch's sum is then turned back into float32 once. So the weights
+are the same to the bit for any number of workers and nodes, whoever played which
+match and whenever, after faults, lost nodes and resumes, and the schedule is free to
+give each match to whichever worker is free.
+
+Range: a match's values must stay below 2**14 = 16,384 (a new policy's stay below 3,
+the shipped agent's below 14), so each is below 2**50 in fixed point and a sum of up
+to 8,192 matches (the largest batch) cannot overflow an int64. A match with a larger or
+non-finite value marks the sum as too large: the trainer stops the run as it does
+for a NaN (the likely cause is the learning rate). Precision: 2**-36 is about
+1.5e-11, finer than float32's own rounding for every value above 1.2e-4 (and a
+smaller value moves its weight by less than lr x 1e-6).
 """
 
 from __future__ import annotations
 
-import itertools
-import time
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from pgpong.frames import D
 from pgpong.policy import EpisodeGradient, Params
-from pgpong.rollout import EpisodeResult, EpisodeStats
+from pgpong.rollout import EpisodeStats
 
+SCALE_BITS = 36  # values are kept as integer multiples of 2**-36
+MAX_VALUE = 2.0**14  # a match's values must stay below this (in absolute value)
+MAX_MATCHES = 2**13  # the most matches one sum may hold: 2**13 x 2**50 < 2**63
 SUMMING = "sum gradients"  # the phase the time spent summing is counted in
+_SCALE = 2.0**SCALE_BITS
 
 
 @dataclass
-class ChunkResult:
-    """A chunk's episodes, in order, and their gradients' sum."""
+class IntegerGradient:
+    """A gradient (one match's, or a sum of them) in fixed point, kept on the pixels it
+    touches: W1's columns for `columns` as rows of int64, and W2."""
 
-    episodes: list[EpisodeStats]
-    grad: EpisodeGradient  # the sum, kept on the pixels the chunk's episodes touched
-    sum_s: float = 0.0  # seconds spent summing it, where it was summed
+    columns: np.ndarray  # sorted pixel indices (int16)
+    W1_rows: np.ndarray  # (len(columns), H) int64: dW1[:, columns].T in units of 2**-36
+    W2: np.ndarray  # (H,) int64
+    matches: int = 1  # how many matches it sums
+    too_large: bool = False  # a value reached MAX_VALUE or was not finite: the sum means nothing
+
+    @classmethod
+    def of(cls, grad: EpisodeGradient) -> IntegerGradient:
+        """One match's float32 gradient in fixed point."""
+        W1 = grad.W1_columns.T.astype(np.float64)  # (n, H)
+        W2 = grad.W2.astype(np.float64)
+        big = max(np.abs(W1).max(initial=0.0), np.abs(W2).max(initial=0.0))
+        if not big < MAX_VALUE:  # NaN too
+            hidden = len(grad.W2)
+            return cls(np.zeros(0, np.int16), np.zeros((0, hidden), np.int64), np.zeros(hidden, np.int64), 1, True)
+        return cls(grad.columns, _fixed(W1), _fixed(W2))
 
     @property
     def nbytes(self) -> int:
-        return self.grad.nbytes
+        return self.columns.nbytes + self.W1_rows.nbytes + self.W2.nbytes
+
+    def to_float(self, dtype: type = np.float32) -> EpisodeGradient:
+        """Back to floats, each integer times 2**-36 rounded once (to float64 exactly
+        below 2**53, then to float32); a sum too large to be exact gives NaN."""
+        if self.too_large:
+            hidden = len(self.W2)
+            return EpisodeGradient(np.zeros(0, np.int16), np.zeros((hidden, 0), dtype), np.full(hidden, np.nan, dtype))
+        W1: np.ndarray = np.asfortranarray((self.W1_rows / _SCALE).astype(dtype).T)  # (H, n), as EpisodeGradient keeps
+        return EpisodeGradient(self.columns, W1, (self.W2 / _SCALE).astype(dtype))
 
 
-class ChunkSum:
-    """Adds up one chunk's gradients, given in episode order."""
-
-    def __init__(self) -> None:
-        self.total: Params | None = None
-        self.touched: np.ndarray | None = None
-        self.episodes: list[EpisodeStats] = []
-
-    def add(self, result: EpisodeResult) -> None:
-        grad = result.grad
-        if self.total is None:
-            self.total = Params(np.zeros((len(grad.W2), D), dtype=grad.W2.dtype, order="F"), np.zeros_like(grad.W2))
-            self.touched = np.zeros(D, dtype=bool)
-        assert self.touched is not None
-        grad.add_to(self.total)
-        self.touched[grad.columns] = True
-        self.episodes.append(result.stats())
-
-    def result(self, sum_s: float) -> ChunkResult:
-        assert self.total is not None and self.touched is not None, "a chunk has at least one episode"
-        columns = np.flatnonzero(self.touched).astype(np.int16)
-        # (n, H) in C order, transposed: (H, n) in Fortran order, as EpisodeGradient keeps it
-        W1_columns = np.ascontiguousarray(self.total.W1.T[columns]).T
-        return ChunkResult(self.episodes, EpisodeGradient(columns, W1_columns, self.total.W2), sum_s)
+def _fixed(values: np.ndarray) -> np.ndarray:
+    return np.rint(values * _SCALE).astype(np.int64)
 
 
-def sum_in_chunks(
-    results: Iterable[EpisodeResult],
-    sizes: list[int],
-    finished: Callable[[EpisodeStats], None] = lambda episode: None,
-) -> Iterator[ChunkResult]:
-    """Fold episode results, given in episode order, into chunk sums of the given
-    sizes; yield each chunk as its last episode comes in, with the seconds spent
-    summing it. `finished` hears every episode as it is folded."""
-    results = iter(results)
-    for size in sizes:
-        chunk, summing = ChunkSum(), 0.0
-        for result in itertools.islice(results, size):
-            began = time.perf_counter()
-            chunk.add(result)
-            summing += time.perf_counter() - began
-            finished(chunk.episodes[-1])
-        if len(chunk.episodes) < size:
-            raise RuntimeError(f"a chunk of {size} episodes got only {len(chunk.episodes)}")
-        began = time.perf_counter()
-        done = chunk.result(0.0)
-        done.sum_s = summing + time.perf_counter() - began
-        yield done
+class ExactSum:
+    """Adds up gradients in fixed point: the same total in any order and grouping."""
+
+    def __init__(self, hidden: int):
+        self.W1 = np.zeros((D, hidden), dtype=np.int64)  # row k: pixel k's column of W1
+        self.W2 = np.zeros(hidden, dtype=np.int64)
+        self.touched = np.zeros(D, dtype=bool)
+        self.matches = 0
+        self.too_large = False
+
+    def add(self, grad: IntegerGradient) -> None:
+        if grad.too_large:
+            self.too_large = True
+        else:
+            self.W1[grad.columns] += grad.W1_rows
+            self.W2 += grad.W2
+            self.touched[grad.columns] = True
+        self.matches += grad.matches
+        if self.matches > MAX_MATCHES:
+            raise ValueError(f"an exact sum holds at most {MAX_MATCHES} matches")
+
+    def compact(self) -> IntegerGradient:
+        """The sum so far, kept on the pixels it touched (to send it elsewhere)."""
+        columns = np.flatnonzero(self.touched)
+        return IntegerGradient(columns.astype(np.int16), self.W1[columns], self.W2.copy(), self.matches, self.too_large)
+
+    def to_params(self, dtype: type = np.float32) -> Params:
+        """The sum as weights-shaped float32 arrays (W1 in Fortran order); NaN if it is
+        too large to be exact."""
+        return self.compact().to_float(dtype).dense()
+
+
+@dataclass
+class Played:
+    """A match as a rollout worker returns it to be summed: what the driver keeps of it
+    (its stats) and its gradient in fixed point."""
+
+    stats: EpisodeStats
+    grad: IntegerGradient

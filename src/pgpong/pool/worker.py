@@ -16,7 +16,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from pgpong.envs import make_env
 from pgpong.policy import Params
 from pgpong.pool.base import WorkerSettings
-from pgpong.rollout import EpisodeId, EpisodeResult, MatchResult, compile_kernels, play_episode, play_match
+from pgpong.pool.sums import IntegerGradient, Played
+from pgpong.rollout import EpisodeId, MatchResult, compile_kernels, play_episode, play_match
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
 # make the parallel version no faster than the serial one.
@@ -105,10 +106,12 @@ class RolloutWorker:
     def _make_env(self) -> Any:
         return make_env(self.settings.env_id, self.settings.max_episode_steps)
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId) -> EpisodeResult:
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId) -> Played:
+        """Play the match; its stats and its gradient in fixed point, ready to be summed."""
         if self._hook:
             self._hook("play", episode)
-        return play_episode(self.env, self._weights(weights), episode, self.settings.gamma)
+        result = play_episode(self.env, self._weights(weights), episode, self.settings.gamma)
+        return Played(result.stats(), IntegerGradient.of(result.grad))
 
     def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId, greedy: bool) -> MatchResult:
         return play_match(self.env, self._weights(weights), match, greedy)
