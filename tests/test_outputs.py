@@ -23,7 +23,18 @@ TAGS = [
     "time/rmsprop_step_s",
     "time/sum_gradients_s",
 ]
-COMMON = ["--workers", "0", "--batch-size", "2", "--max-episode-steps", "120", "--hidden", "8", "--checkpoint-every", "0"]
+COMMON = [
+    "--workers",
+    "0",
+    "--batch-size",
+    "2",
+    "--max-episode-steps",
+    "120",
+    "--hidden",
+    "8",
+    "--checkpoint-every",
+    "0",
+]
 
 
 def scalars(run_dir):

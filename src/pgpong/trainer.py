@@ -169,8 +169,8 @@ def signals_held() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in caught:
-            signal.raise_signal(signum)
+        for number in caught:
+            signal.raise_signal(number)
 
 
 HELD = (signal.SIGINT, signal.SIGTERM)
