@@ -2,7 +2,9 @@
 
 import pytest
 
-from pgpong.scaling import PHASES, best_whole_matches, makespan, predict
+from pgpong.placement import best_whole_matches
+from pgpong.placement import first_free as makespan
+from pgpong.scaling import PHASES, predict
 
 
 def test_makespan_of_equal_matches_counts_the_waves():

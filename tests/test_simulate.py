@@ -39,6 +39,8 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     # the longest banked match at the measured pace is a floor of any schedule
     assert update["lower_bound_s"] >= max(bank["steps"]) / bank["steps_per_s_per_core"] * 0.999
     assert 0 < update["lower_bound_s"] <= update["seconds_per_update"] and 0 < update["efficiency"] <= 1
+    assert update["lower_bound_s"] <= update["best_whole_matches_s"] * 1.000001
+    assert update["of_best_whole_matches"] >= 1 and update["overhead_s"] > 0
     assert update["driver_cpu_ms"] > 0 and 0 < update["machine_busy"] <= 1.5
     # the driver received two chunk sums (16 and 4 episodes, each from the same 3 banked
     # matches), not 20 episodes' gradients

@@ -1,7 +1,9 @@
-"""Where a pool's workers go: pure arithmetic, shared by the cluster pool and the
-model of seconds per update (scaling.py)."""
+"""Where a pool's workers and matches go: pure arithmetic, shared by the pools, bench
+and the model of seconds per update (scaling.py)."""
 
 from __future__ import annotations
+
+import heapq
 
 
 def shares(workers: int, cpus: list[int]) -> list[int]:
@@ -14,3 +16,24 @@ def shares(workers: int, cpus: list[int]) -> list[int]:
     for i in sorted(range(len(cpus)), key=lambda i: exact[i] - counts[i], reverse=True)[: workers - sum(counts)]:
         counts[i] += 1
     return counts
+
+
+def first_free(durations: list[float], workers: int, pause: float = 0.0) -> float:
+    """pgpong's schedule: the matches in episode order, each to the first free worker
+    (a worker waits `pause` between two matches). When the last one ends."""
+    free = [0.0] * workers
+    for duration in durations:
+        heapq.heappush(free, heapq.heappop(free) + duration + pause)
+    return max(free)
+
+
+def best_whole_matches(durations: list[float], workers: int) -> float:
+    """What a clairvoyant schedule of whole matches would take (longest first, each to
+    the first free worker): matches cannot be split, so with fewer than two per worker
+    it stays above the lower bound."""
+    return first_free(sorted(durations, reverse=True), workers)
+
+
+def lower_bound(durations: list[float], workers: int) -> float:
+    """No schedule can be faster: the longest match, or all the work shared evenly."""
+    return max(max(durations), sum(durations) / workers)

@@ -21,12 +21,13 @@ Run `python -m pgpong.scaling` for the tables docs/SCALING.md and the README quo
 from __future__ import annotations
 
 import argparse
-import heapq
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pgpong.placement import best_whole_matches, first_free, lower_bound
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
 # --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
@@ -107,24 +108,6 @@ PHASES = {
 }
 
 
-def makespan(durations: list[float], workers: int, pause: float) -> float:
-    """Episodes in order, each to the first free worker: when the last ends."""
-    free = [0.0] * workers
-    for duration in durations:
-        heapq.heappush(free, heapq.heappop(free) + duration + pause)
-    return max(free)
-
-
-def best_whole_matches(durations: list[float], workers: int) -> float:
-    """What a clairvoyant schedule of whole matches on all workers would take
-    (longest first): the matches cannot be split, so with fewer than two per
-    worker it stays above the lower bound."""
-    free = [0.0] * workers
-    for duration in sorted(durations, reverse=True):
-        heapq.heappush(free, heapq.heappop(free) + duration)
-    return max(free)
-
-
 def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200) -> dict[str, float]:
     """Medians over `samples` batches whose match lengths are drawn from c.lengths."""
     rng = np.random.default_rng(0)
@@ -133,9 +116,9 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
     rows = []
     for _ in range(samples):
         durations = list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core)
-        play = makespan(durations, workers, pause)
+        play = first_free(durations, workers, pause)
         seconds = play + c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
-        lower = max(max(durations), sum(durations) / workers)
+        lower = lower_bound(durations, workers)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play))
     seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
     driver_ms = c.driver_fixed_ms + (nodes if nodes > 1 else 0) * c.driver_ms_per_node

@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pgpong.bench.options import BenchOptions
+from pgpong.placement import best_whole_matches, first_free, lower_bound
 from pgpong.pool import Pool
 from pgpong.rundir import open_run
 from pgpong.session import open_trainer
 from pgpong.trainer import BatchReport, Trainer
+
+RAY_PAUSE_S = 0.0035  # a worker's pause between two matches (docs/PERFORMANCE.md: 3.2-3.6 ms)
 
 
 @contextmanager
@@ -63,6 +66,9 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "seconds_per_update": median("seconds"),
         "lower_bound_s": median("lower_bound_s"),
         "efficiency": median("efficiency"),
+        "best_whole_matches_s": median("best_whole_matches_s"),
+        "of_best_whole_matches": median("of_best_whole_matches"),
+        "overhead_s": median("overhead_s"),
         "driver_cpu_ms": median("driver_cpu_ms"),
         "bytes_into_driver": median("bytes_into_driver"),
         "barrier_s": median("barrier_s"),
@@ -111,12 +117,17 @@ def thread_cpu_seconds() -> dict[str, float]:
 
 
 def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, Any]:
-    durations = report.durations
-    lower_bound = max(max(durations), sum(durations) / workers)
+    durations, seconds = report.durations, report.row.batch_s
+    lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
+    schedule = first_free(durations, workers, RAY_PAUSE_S)
     return {
-        "seconds": report.row.batch_s,
-        "lower_bound_s": lower_bound,
-        "efficiency": lower_bound / report.row.batch_s,
+        "seconds": seconds,
+        "lower_bound_s": lower,
+        "efficiency": lower / seconds,
+        "best_whole_matches_s": best,  # the best any schedule of whole matches could do
+        "of_best_whole_matches": seconds / best,
+        "schedule_s": schedule,  # pgpong's own rule with these matches: first free worker, Ray's pause between
+        "overhead_s": seconds - schedule,  # the rest: publishing, sums, the step, and this machine's contention
         "driver_cpu_ms": 1e3 * cpu_s,
         "bytes_into_driver": report.bytes_in,
         "barrier_s": report.row.barrier_s,
@@ -128,13 +139,15 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, An
 def update_table(rows: list[dict[str, Any]]) -> list[str]:
     """The seconds-per-update figures as a Markdown table."""
     lines = [
-        "| batch | workers | nodes | seconds per update | lower bound | efficiency | driver CPU | into the driver |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| batch | workers | nodes | seconds per update | lower bound | best whole-match schedule | efficiency "
+        "| overhead | driver CPU | into the driver |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for u in rows:
         lines.append(
             f"| {u['batch_size']} | {u['workers']} | {u['nodes']} | {u['seconds_per_update']:.2f} s"
-            f" | {u['lower_bound_s']:.2f} s | {u['efficiency']:.2f} | {u['driver_cpu_ms']:.0f} ms"
+            f" | {u['lower_bound_s']:.2f} s | {u['best_whole_matches_s']:.2f} s | {u['efficiency']:.2f}"
+            f" | {1e3 * u['overhead_s']:.0f} ms | {u['driver_cpu_ms']:.0f} ms"
             f" | {u['bytes_into_driver'] / 2**20:.1f} MB |"
         )
     return lines
