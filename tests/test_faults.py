@@ -163,14 +163,17 @@ def cli_settings(run_dir, iterations=4):
 @pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, reference, workers):
+@pytest.mark.parametrize("cadence", ["0", "60"])
+def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, reference, workers, cadence):
     """Killed right after batch 1's row is written (in one process), or once a Ray
-    worker has started an episode of batch 3 (mid-batch): events, not delays."""
+    worker has started an episode of batch 3 (mid-batch): events, not delays. With a
+    checkpoint after every batch, or once a minute (so none yet: every batch is
+    played again)."""
     run_dir, marker = tmp_path / "run", tmp_path / "batch-3-started"
     # batch index 2 is the third batch; in one process the kill follows batch 1's row
     env = {**os.environ, **fault_env(f"mark:2:{marker}")} if workers != "0" else None
     proc = subprocess.Popen(
-        [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers],
+        [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers, "--checkpoint-every", cadence],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -192,6 +195,11 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     # on its way: rows and checkpoints are written while the next batch plays), or batch 2.
     assert done in ((1, 2) if env else (1,))
 
+    checkpoints = [load_checkpoint(p).batch for p in list_checkpoints(run_dir / "checkpoints")]
+    if cadence == "60":
+        assert checkpoints == []  # none yet: the kill came before the first minute was up
+    else:
+        assert checkpoints == list(range(1, len(checkpoints) + 1)) and len(checkpoints) <= done
     resumed = run_pgpong("train", "--run-dir", str(run_dir))  # settings come from the run
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stdout

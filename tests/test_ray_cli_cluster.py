@@ -155,6 +155,34 @@ def test_readme_cluster_steps_train_on_both_nodes_and_a_users_run_survives(ray_h
         user.wait(timeout=60)
 
 
+def test_three_nodes_of_the_ray_command_give_the_weights_of_one_process(ray_home, tmp_path):
+    """Three raylets made with `ray start` (two CPUs each), six workers, a batch of 33
+    matches: the leaders pull matches from one queue and their nodes' sums meet in the
+    reducer; the weights are those of --workers 0, to the bit."""
+    from conftest import train_in_process
+    from pgpong.checkpoint import list_checkpoints, load_checkpoint
+
+    home, env, port, temp_dir = ray_home
+    ray = BIN / "ray"
+    assert run(f"{ray} get-auth-token --generate > /dev/null", env).returncode == 0
+    head = run(f"{ray} start --head --port {port} --num-cpus 2 --temp-dir {temp_dir} --include-dashboard false", env)
+    assert head.returncode == 0, head.stderr
+    for _ in range(2):
+        node = run(f"RAY_AUTH_MODE=token {ray} start --address 127.0.0.1:{port} --num-cpus 2", env)
+        assert node.returncode == 0, node.stderr
+    settings = dict(seed=6, batch_size=33, hidden=16, max_episode_steps=80)
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in settings.items())
+    train = f"{sys.executable} -m pgpong train --address 127.0.0.1:{port} --workers 6 --iterations 2 {flags}"
+    proc = run(f"{train} --run-dir {tmp_path / 'run'}", {**env, "RAY_AUTH_MODE": "token"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "on 6 Ray worker(s) on 3 node(s)" in proc.stdout, proc.stdout
+    spread = load_checkpoint(list_checkpoints(tmp_path / "run" / "checkpoints")[-1])
+    alone = train_in_process(tmp_path / "alone", 0, 2, settings)
+    assert spread.batch == alone.batch == 2 and spread.env_steps == alone.env_steps
+    assert spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
+    assert spread.weights.W2.tobytes() == alone.weights.W2.tobytes()
+
+
 @pytest.fixture(scope="module")
 def token_head(tmp_path_factory):
     """One head with token authentication and the dashboard (Ray's job server)."""
