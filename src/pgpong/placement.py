@@ -18,6 +18,15 @@ def shares(workers: int, cpus: list[int]) -> list[int]:
     return counts
 
 
+def groups(workers: int, at_most: int) -> list[int]:
+    """`workers` of one node cut into as few groups of at most `at_most` as can be, of
+    sizes that differ by one at most: 64 -> [32, 32], 40 -> [20, 20], 18 -> [18]."""
+    if workers <= 0:
+        return []
+    count = -(-workers // at_most)
+    return [workers // count + (1 if k < workers % count else 0) for k in range(count)]
+
+
 def first_free(durations: list[float], workers: int, pause: float = 0.0) -> float:
     """pgpong's schedule: the matches in episode order, each to the first free worker
     (a worker waits `pause` between two matches). When the last one ends."""

@@ -103,8 +103,8 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.020, 0.004, 20, 1.0, 2.5 * 2**20),
-    "late": Constants(LATE, 2_600, 0.020, 0.006, 22, 1.0, 5.0 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.065, 0.002, 25, 8.5, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.110, 0.003, 27, 13.0, 4.25 * 2**20),
 }
 
 

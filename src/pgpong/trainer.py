@@ -129,7 +129,7 @@ class Trainer:
             except OSError as exc:
                 raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
         self._last_end = time.monotonic()
-        return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in)
+        return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
 
     def checkpoint(self) -> None:
         """Write the state as it is now (a snapshot) in the background, unless its
@@ -240,6 +240,7 @@ class BatchReport:
     worker_time: dict[str, float]  # summed over the batch's episodes: emulator, forward, ...
     durations: list[float]  # each episode's own seconds, in episode order
     bytes_in: int  # gradient bytes the batch sent into the driver
+    node_phases: dict[str, float] = dataclasses.field(default_factory=dict)  # a node leader's seconds, on clusters
 
 
 class PhaseClock:

@@ -133,6 +133,7 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, An
         "barrier_s": report.row.barrier_s,
         "episode_len_mean": report.row.episode_len_mean,
         "driver_phases_ms": {name: 1e3 * seconds for name, seconds in report.phases.items() if name != "barrier"},
+        "node_phases_ms": {name: 1e3 * seconds for name, seconds in report.node_phases.items()},
     }
 
 

@@ -54,6 +54,7 @@ class BatchMeasures:
     # (None: one process played the batch, nobody waited)
     bytes_in: int = 0  # gradient bytes the batch sent into this process
     replaced: int = 0  # workers replaced after a crash during the batch
+    node_seconds: dict[str, float] = field(default_factory=dict)  # a node leader's phases (mean over leaders)
 
     def add_seconds(self, phase: str, seconds: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgpong.placement import shares
+from pgpong.placement import groups, shares
 from pgpong.policy import EpisodeGradient, Params
 from pgpong.pool.base import (
     BatchMeasures,
@@ -46,6 +46,10 @@ from pgpong.pool.worker import PublishedWeights, WorkerKind, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
 REPORT_SECONDS = 0.5  # how often a leader tells the driver which matches it has finished
+# A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
+# a node with more workers gets several leaders, so that a batch's first matches all
+# start within a few milliseconds.
+LEADER_WORKERS = 32
 _ENDED, _LOST = object(), object()  # what ClusterPool._next says instead of a report
 
 
@@ -61,6 +65,7 @@ class NodeReport:
     sum_ref: Any = None  # with done: the node's sum (an IntegerGradient in its object store)
     barrier_s: float = 0.0  # with done: its workers' mean idle time at the end
     replaced: int = 0  # workers its pool has replaced since it started
+    seconds: dict[str, float] = field(default_factory=dict)  # with done: the leader's own phases
 
 
 class NodeLeader:
@@ -90,8 +95,10 @@ class NodeLeader:
         feed = QueueFeed(queue, batch, node)
         for position, result in self.pool.run(method, published, deque(), *args, measures=measures, feed=feed):
             if isinstance(result, Played):
+                began = time.perf_counter()
                 total = total or ExactSum(len(result.grad.W2))
                 total.add(result.grad)
+                measures.add_seconds(SUMMING, time.perf_counter() - began)
                 summed.append(position)
                 result = result.stats
             report.results.append((position, result))
@@ -101,7 +108,10 @@ class NodeLeader:
                 report, last = NodeReport(), time.monotonic()
         report.done, report.replaced, report.barrier_s = True, self.pool.replaced, measures.barrier_s or 0.0
         if total is not None:
+            began = time.perf_counter()
             report.summed, report.sum_ref = summed, ray.put(total.compact())
+            measures.add_seconds("send the sum", time.perf_counter() - began)
+        report.seconds = measures.seconds
         yield report
 
     def call_all(self, method: str, *args: Any) -> list:
@@ -146,10 +156,10 @@ class ClusterPool:
         leader_class: Any = ray.remote(num_cpus=0, runtime_env={"env_vars": worker_env()})(NodeLeader)
         leaders = [
             leader_class.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-                settings, count, kind, limits
+                settings, group, kind, limits
             )
             for (node, _), count in zip(nodes, counts, strict=True)
-            if count
+            for group in groups(count, LEADER_WORKERS)
         ]
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._queue: Any = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here).remote(num_workers)
@@ -191,7 +201,9 @@ class ClusterPool:
         replaced, in_order = self.replaced, InOrder(finished)
         for position, stats in self._run("play", published, episodes, measures):
             in_order.add(position, stats)
+        began = time.perf_counter()
         part = self._ray.get(self._reducer.result.remote(), timeout=self._limits.stall_s)
+        measures.add_seconds("wait for the reducer", time.perf_counter() - began)
         began = time.perf_counter()
         grad = part.dense(weights.W1.shape[1])
         measures.add_seconds(SUMMING, time.perf_counter() - began)
@@ -230,12 +242,7 @@ class ClusterPool:
             ready, _ = ray.wait([*streams, *adds], num_returns=1, timeout=1.0)
             for ref in ready:
                 if ref in adds:
-                    positions = adds.pop(ref)
-                    try:
-                        ray.get(ref)
-                        accounted.update(positions)
-                    except ray.exceptions.RayError:  # the node's sum was lost on its way: played again
-                        self._queue.put_back.remote(positions)
+                    accounted.update(self._added(ref, adds.pop(ref)))
                     continue
                 leader = streams[ref]
                 report = self._next(ref, leader)
@@ -249,14 +256,31 @@ class ClusterPool:
                     accounted.update(position for position, _ in report.results)
                 if report.done:
                     ends[leader] = (time.perf_counter(), report.barrier_s)
-                    self._queue.settle.remote(self._names[leader])
-                    if report.sum_ref is not None:
-                        adds[self._reducer.add.remote(report.sum_ref)] = report.summed
+                    self._finished(leader, report, adds, measures)
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no match finished in {stall_s:.0f} s; giving up")
         end = time.perf_counter()
         idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
         measures.barrier_s = idle / max(1, self.num_workers)
+
+    def _finished(self, leader: Any, report: NodeReport, adds: dict[Any, list[int]], measures: BatchMeasures) -> None:
+        """A leader's last report of the round: what it took is settled, its sum goes to
+        the reducer, its phases to the batch's measures."""
+        self._queue.settle.remote(self._names[leader])
+        if report.sum_ref is not None:
+            adds[self._reducer.add.remote(report.sum_ref)] = report.summed
+        for phase, seconds in report.seconds.items():
+            measures.node_seconds[phase] = measures.node_seconds.get(phase, 0.0) + seconds / len(self._names)
+
+    def _added(self, ref: Any, positions: list[int]) -> list[int]:
+        """The positions a node's sum added to the total, or none if the sum was lost
+        on its way (its node gone): then they go back to the queue, to be played again."""
+        try:
+            self._ray.get(ref)
+            return positions
+        except self._ray.exceptions.RayError:
+            self._queue.put_back.remote(positions)
+            return []
 
     def _next(self, stream: Any, leader: Any) -> Any:
         """The stream's next report, _ENDED when the stream has ended, _LOST when its

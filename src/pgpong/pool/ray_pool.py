@@ -118,6 +118,10 @@ class Crew:
         self.ready, self.starting = [], {}
 
 
+HANDING_OUT = "hand out matches"  # launching the workers' calls
+RECEIVING = "receive results"  # fetching what they return
+
+
 class Feed(Protocol):
     """Episodes for a run that come from elsewhere as it goes (a cluster's queue)."""
 
@@ -209,9 +213,11 @@ class RayPool:
         while todo or running or more():
             if feed is not None:
                 feed.ask(len(todo), hand.free())
+            began = time.perf_counter()
             for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):
                 running[getattr(worker, method).remote(published, episode, *args)] = (worker, key, episode)
                 watch.busy(worker)
+            measures.add_seconds(HANDING_OUT, time.perf_counter() - began)
             for worker in watch.stuck():  # its calls fail now, and go to the dead-worker path below
                 ray.kill(process_of(worker), no_restart=True)
                 watch.forget(worker)
@@ -222,7 +228,9 @@ class RayPool:
                     self._arrived(ref, hand, todo, feed)
                     continue
                 worker, key, episode = running.pop(ref)
+                began = time.perf_counter()
                 result = self._result(ref, worker, hand)
+                measures.add_seconds(RECEIVING, time.perf_counter() - began)
                 if result is None:  # its worker died (or was stuck): played again, with the same seed
                     watch.forget(worker)
                     todo.appendleft((key, episode))
