@@ -5,6 +5,7 @@ and with a worker on each of three nodes; and when a node is lost in the middle 
 batch."""
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -110,21 +111,25 @@ def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leader
 
 
 class NodeLosingPool(ClusterPool):
-    """Removes a worker node when its leader first reports finished matches of batch 2:
-    its node's sum, and what it had taken from the queue, are lost with it."""
+    """Removes a worker node as soon as its leader has taken matches of batch 2 from the
+    queue: those matches, and the node's sum, are lost with it."""
 
     def __init__(self, cluster, nodes):
         self.cluster, self.worker_nodes, self.removed = cluster, nodes, None
         super().__init__(WORKERS, 3)
 
-    def _next(self, stream, leader):
-        report = super()._next(stream, leader)
-        on = self.node_of[leader]
-        lost = [n for n in self.worker_nodes if n.node_id == on]
-        if self._batch == 2 and self.removed is None and lost and getattr(report, "results", None):
-            self.removed = [position for position, _ in report.results]
+    def _call(self, leader, method, published, number, *args):
+        import ray
+
+        run = super()._call(leader, method, published, number, *args)
+        lost = [n for n in self.worker_nodes if n.node_id == self.node_of[leader]]
+        if self._batch == 2 and self.removed is None and lost:
+            deadline = time.monotonic() + 30
+            while not (taken := ray.get(self._queue.taken_by.remote(number))) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            self.removed = taken
             self.cluster.remove_node(lost[0], allow_graceful=False)
-        return report
+        return run
 
 
 @pytest.mark.slow
@@ -139,9 +144,9 @@ def test_a_node_lost_mid_batch_costs_its_matches_only_and_changes_no_weight(
     try:
         with hang_guard(180):
             state = train_in_process(tmp_path / "lost", 3, 2, SETTINGS, pool=pool)
-        assert pool.removed  # the node went after some of its matches were played...
+        assert pool.removed  # the node went once it had taken matches...
         handed = ray.get(pool._queue.handed_out.remote())
-        assert handed >= SETTINGS["batch_size"] + len(pool.removed)  # ...and they were played again elsewhere
+        assert handed >= SETTINGS["batch_size"] + pool.removed  # ...and they were played again elsewhere
         assert (pool.nodes(), pool.num_workers, pool.replaced) == (2, 2, 1)
     finally:
         pool.close()

@@ -1,16 +1,17 @@
 """The pool for a cluster of several nodes (or many workers): a leader on each node,
 matches pulled from one queue, sums that meet before the driver.
 
-Each node has a leader (an actor with no CPU of its own) that starts the node's
-workers and plays matches on them (a RayPool, with everything it does about dead and
-stuck workers). The leaders take the batch's matches from one queue (queue.py) as
-their workers free up, so no worker anywhere idles while a match is unplayed. Each
-leader sums its node's matches exactly (sums.py) as they finish, and when the queue
-is empty and its matches are done it sends a reducer (another CPU-less actor, on the
-driver's node) its node's sum; the reducer adds the node sums as they come and turns
-the total into float32 once. The driver hears of matches only as a few small reports
-per node (their scores and lengths) and receives one array per update, whatever the
-batch and the nodes.
+Each node has a leader (an actor with no CPU of its own; one per 32 workers) that
+starts the node's workers and plays matches on them (a RayPool, with everything it
+does about dead and stuck workers). The leaders take the batch's matches from one
+queue (queue.py) as their workers free up, so no worker anywhere idles while a match
+is unplayed, and tell the queue now and then which they have finished. Each leader
+sums its node's matches exactly (sums.py) as they finish, and when the queue is empty
+and its matches are done it hands its node's sum to a reducer (another CPU-less
+actor, on the driver's node), which adds the node sums as they come and turns the
+total into float32 once. The driver starts each leader once a batch, reads the
+queue's reports a few times a batch and receives one array per update: what it does
+and receives does not grow with the batch.
 
 A leader that dies (its node lost) costs the matches it had taken: the queue hands
 them out again and the other leaders play them, with the same seeds. The sums are
@@ -45,27 +46,22 @@ from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
 from pgpong.pool.worker import PublishedWeights, WorkerKind, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
-REPORT_SECONDS = 0.5  # how often a leader tells the driver which matches it has finished
+REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
+POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and once all leaders are done)
 # A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
 # a node with more workers gets several leaders, so that a batch's first matches all
 # start within a few milliseconds.
 LEADER_WORKERS = 32
-_ENDED, _LOST = object(), object()  # what ClusterPool._next says instead of a report
 
 
 @dataclass
-class NodeReport:
-    """What a node's leader tells the driver: the matches finished since its last
-    report (position in the batch, and their stats or results); with its last report,
-    where its node's sum is and what it measured."""
+class NodeDone:
+    """What a node's leader returns when the queue is empty and its matches are done."""
 
-    results: list[tuple[int, Any]] = field(default_factory=list)
-    done: bool = False  # the queue is empty and this node's matches are done
-    summed: list[int] = field(default_factory=list)  # with done: the positions its sum holds
-    sum_ref: Any = None  # with done: the node's sum (an IntegerGradient in its object store)
-    barrier_s: float = 0.0  # with done: its workers' mean idle time at the end
+    summed: list[int] = field(default_factory=list)  # the positions its sum brought into the total
+    barrier_s: float = 0.0  # its workers' mean idle time at the end
     replaced: int = 0  # workers its pool has replaced since it started
-    seconds: dict[str, float] = field(default_factory=dict)  # with done: the leader's own phases
+    seconds: dict[str, float] = field(default_factory=dict)  # the leader's own phases
 
 
 class NodeLeader:
@@ -82,16 +78,19 @@ class NodeLeader:
         """This leader's node and how many of its workers run."""
         return self.node_id, self.pool.num_workers
 
-    def run(self, method: str, published: PublishedWeights, queue: Any, batch: int, node: int, *args: Any) -> Iterator:
+    def run(
+        self, method: str, published: PublishedWeights, queue: Any, reducer: Any, batch: int, node: int, *args: Any
+    ) -> NodeDone:
         """Play matches from the queue on this node's workers until it is empty,
-        reporting every REPORT_SECONDS; "play" also sums them, and the last report
-        says where the sum is."""
+        telling it every REPORT_SECONDS which are finished; "play" also sums them and
+        hands the sum to the reducer before returning."""
         import ray
 
         measures = BatchMeasures()
         total: ExactSum | None = None
         summed: list[int] = []
-        report, last = NodeReport(), time.monotonic()
+        finished: list[tuple[int, Any]] = []
+        last = time.monotonic()
         feed = QueueFeed(queue, batch, node)
         for position, result in self.pool.run(method, published, deque(), *args, measures=measures, feed=feed):
             if isinstance(result, Played):
@@ -101,18 +100,18 @@ class NodeLeader:
                 measures.add_seconds(SUMMING, time.perf_counter() - began)
                 summed.append(position)
                 result = result.stats
-            report.results.append((position, result))
+            finished.append((position, result))
             if time.monotonic() - last > REPORT_SECONDS:
-                report.replaced = self.pool.replaced
-                yield report
-                report, last = NodeReport(), time.monotonic()
-        report.done, report.replaced, report.barrier_s = True, self.pool.replaced, measures.barrier_s or 0.0
+                queue.report.remote(batch, node, finished)
+                finished, last = [], time.monotonic()
+        ray.get(queue.report.remote(batch, node, finished))  # in the queue before the driver hears we are done
+        done = NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
         if total is not None:
             began = time.perf_counter()
-            report.summed, report.sum_ref = summed, ray.put(total.compact())
+            if ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed)):
+                done.summed = summed
             measures.add_seconds("send the sum", time.perf_counter() - began)
-        report.seconds = measures.seconds
-        yield report
+        return done
 
     def call_all(self, method: str, *args: Any) -> list:
         return self.pool.call_all(method, *args)
@@ -123,24 +122,46 @@ class NodeLeader:
 
 class Reducer:
     """On the driver's node, with no CPU of its own: adds the nodes' sums of a batch as
-    they come, then gives the total once, in float32."""
+    they come, then gives the total once, in float32. It knows which matches each
+    node's sum brought, and takes nothing more from a node declared lost."""
 
     def __init__(self) -> None:
+        self._start(-1)
+
+    def _start(self, batch: int) -> None:
+        self.batch = batch
         self.total: ExactSum | None = None
+        self.counted: dict[int, list[int]] = {}
+        self.closed: set[int] = set()
 
-    def add(self, part: IntegerGradient) -> int:
-        self.total = self.total or ExactSum(len(part.W2))
-        self.total.add(part)
-        return part.matches
+    def add(self, batch: int, node: int, part: IntegerGradient, positions: list[int]) -> bool:
+        """Add `node`'s sum (of the matches at `positions`); False if the node was
+        declared lost meanwhile (its matches are being played again)."""
+        if batch != self.batch:
+            self._start(batch)
+        if node in self.closed:
+            return False
+        total = self.total = self.total or ExactSum(len(part.W2))
+        total.add(part)
+        self.counted.setdefault(node, []).extend(positions)
+        return True
 
-    def result(self) -> EpisodeGradient:
-        assert self.total is not None, "a batch has at least one match"
-        total, self.total = self.total, None
+    def close(self, batch: int, node: int) -> list[int]:
+        """`node` is lost: from now on nothing of it is added. The matches its sums brought."""
+        if batch != self.batch:
+            self._start(batch)
+        self.closed.add(node)
+        return self.counted.get(node, [])
+
+    def result(self, batch: int) -> EpisodeGradient:
+        assert batch == self.batch and self.total is not None, "a batch has at least one match"
+        total = self.total
+        self._start(-1)
         return total.compact().to_float()
 
 
 class ClusterPool:
-    """A leader per node of the cluster, each with its node's share of the workers."""
+    """A leader per node of the cluster (per 32 of its workers), each with its share of the workers."""
 
     def __init__(
         self, settings: WorkerSettings, num_workers: int, kind: WorkerKind | None = None, limits: Limits | None = None
@@ -189,7 +210,7 @@ class ClusterPool:
         return sum(self._replaced.values()) + self._lost_replaced
 
     def nodes(self) -> int:
-        return len(self._leaders)
+        return len(set(self.node_of[leader] for leader in self._leaders))
 
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
@@ -202,7 +223,7 @@ class ClusterPool:
         for position, stats in self._run("play", published, episodes, measures):
             in_order.add(position, stats)
         began = time.perf_counter()
-        part = self._ray.get(self._reducer.result.remote(), timeout=self._limits.stall_s)
+        part = self._ray.get(self._reducer.result.remote(self._batch), timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
         began = time.perf_counter()
         grad = part.dense(weights.W1.shape[1])
@@ -224,89 +245,75 @@ class ClusterPool:
         self, method: str, published: PublishedWeights, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
     ) -> Iterator[tuple[int, Any]]:
         """Put the episodes in the queue and have every leader play from it until each
-        is accounted for: for "play", once its node's sum is in the reducer; yield
-        (position, stats or result) as the reports come. A lost leader's matches go
-        back to the queue, and leaders start again while some are unaccounted for."""
+        is accounted for (for "play", once its node's sum is in the reducer); yield
+        (position, stats or result) as the queue's reports come. A lost leader's
+        matches go back to the queue; leaders start again while some are unaccounted."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
         ray.get(self._queue.reset.remote(self._batch, episodes), timeout=stall_s)
-        streams: dict[Any, Any] = {}  # stream -> leader
-        adds: dict[Any, list[int]] = {}  # the reducer's add -> the positions it holds
+        runs: dict[Any, Any] = {}  # a leader's run -> the leader
         accounted: set[int] = set()
-        ends: dict[Any, tuple[float, float]] = {}  # leader -> when its last report came, its barrier
-        last_progress = time.monotonic()
+        ends: dict[Any, tuple[float, float]] = {}  # leader -> when its run ended, its barrier
+        seen, last_progress, next_poll = 0, time.monotonic(), time.monotonic() + POLL_SECONDS
         while len(accounted) < len(episodes):
-            if not streams and not adds:  # a round: every leader plays from the queue
+            if not runs:  # a round: every leader plays from the queue until it is empty
                 for leader, number in self._names.items():
-                    streams[self._call(leader, method, published, self._queue, self._batch, number, *args)] = leader
-            ready, _ = ray.wait([*streams, *adds], num_returns=1, timeout=1.0)
-            for ref in ready:
-                if ref in adds:
-                    accounted.update(self._added(ref, adds.pop(ref)))
-                    continue
-                leader = streams[ref]
-                report = self._next(ref, leader)
-                if report is _ENDED or report is _LOST:
-                    del streams[ref]
-                    continue
-                last_progress = time.monotonic()
-                self._replaced[leader] = report.replaced
-                yield from report.results
-                if method == "evaluate":  # a match's result is all there is of it
-                    accounted.update(position for position, _ in report.results)
-                if report.done:
-                    ends[leader] = (time.perf_counter(), report.barrier_s)
-                    self._finished(leader, report, adds, measures)
+                    runs[self._call(leader, method, published, number, *args)] = leader
+            done, _ = ray.wait(list(runs), num_returns=1, timeout=max(0.0, next_poll - time.monotonic()))
+            for ref in done:
+                leader = runs.pop(ref)
+                summed = self._ended(ref, leader, method, ends, measures)
+                accounted.update(summed)
+            if time.monotonic() >= next_poll or not runs:  # every POLL_SECONDS, and once all runs are over
+                items, seen = ray.get(self._queue.progress.remote(seen), timeout=stall_s)
+                self._heard(items)
+                for _, position, item in items:
+                    if method == "evaluate":  # a match's result is all there is of it
+                        accounted.add(position)
+                    yield position, item
+                last_progress = time.monotonic() if items else last_progress
+                next_poll = time.monotonic() + POLL_SECONDS
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no match finished in {stall_s:.0f} s; giving up")
         end = time.perf_counter()
         idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
         measures.barrier_s = idle / max(1, self.num_workers)
 
-    def _finished(self, leader: Any, report: NodeReport, adds: dict[Any, list[int]], measures: BatchMeasures) -> None:
-        """A leader's last report of the round: what it took is settled, its sum goes to
-        the reducer, its phases to the batch's measures."""
-        self._queue.settle.remote(self._names[leader])
-        if report.sum_ref is not None:
-            adds[self._reducer.add.remote(report.sum_ref)] = report.summed
-        for phase, seconds in report.seconds.items():
-            measures.node_seconds[phase] = measures.node_seconds.get(phase, 0.0) + seconds / len(self._names)
-
-    def _added(self, ref: Any, positions: list[int]) -> list[int]:
-        """The positions a node's sum added to the total, or none if the sum was lost
-        on its way (its node gone): then they go back to the queue, to be played again."""
-        try:
-            self._ray.get(ref)
-            return positions
-        except self._ray.exceptions.RayError:
-            self._queue.put_back.remote(positions)
-            return []
-
-    def _next(self, stream: Any, leader: Any) -> Any:
-        """The stream's next report, _ENDED when the stream has ended, _LOST when its
-        leader is lost (its matches go back to the queue)."""
+    def _ended(self, ref: Any, leader: Any, method: str, ends: dict, measures: BatchMeasures) -> list[int]:
+        """A leader's run is over: the positions its sum brought in. A leader lost on
+        the way is closed at the reducer and its other matches go back to the queue."""
         ray = self._ray
         try:
-            return ray.get(next(stream))
-        except StopIteration:
-            return _ENDED
+            done: NodeDone = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
             raise PoolError(failure_reason(exc)) from None
         except ray.exceptions.RayError as exc:  # the leader or its node is lost
-            self._lost(leader, exc)
-            return _LOST
+            self._lost(leader, method, exc)
+            return []
+        ends[leader] = (time.perf_counter(), done.barrier_s)
+        self._replaced[leader] = done.replaced
+        for phase, seconds in done.seconds.items():
+            measures.node_seconds[phase] = measures.node_seconds.get(phase, 0.0) + seconds / len(self._names)
+        return done.summed
 
-    def _call(self, leader: Any, method: str, *args: Any) -> Any:
-        """NodeLeader.run(`method`, *args) on `leader`, its reports as a stream."""
-        return leader.run.options(num_returns="streaming").remote(method, *args)
+    def _heard(self, items: list[tuple[int, int, Any]]) -> None:
+        """The queue's reports: (node number, position, stats or result). (A hook for tests.)"""
 
-    def _lost(self, leader: Any, exc: BaseException) -> None:
+    def _call(self, leader: Any, method: str, published: PublishedWeights, number: int, *args: Any) -> Any:
+        return leader.run.remote(method, published, self._queue, self._reducer, self._batch, number, *args)
+
+    def _lost(self, leader: Any, method: str, exc: BaseException) -> None:
+        ray, stall_s = self._ray, self._limits.stall_s
         if leader in self._leaders:
+            number = self._names.pop(leader)
+            keep = (
+                ray.get(self._reducer.close.remote(self._batch, number), timeout=stall_s) if method == "play" else None
+            )
+            ray.get(self._queue.give_back.remote(number, keep), timeout=stall_s)
             self._lost_replaced += self._leaders.pop(leader)
             self._replaced.pop(leader, None)
-            self._ray.get(self._queue.give_back.remote(self._names.pop(leader)), timeout=self._limits.stall_s)
             self._tell_queue_the_workers()
-            self._ray.kill(leader, no_restart=True)
+            ray.kill(leader, no_restart=True)
         if not self._leaders:
             raise PoolError(f"every node's leader is lost: {failure_reason(exc)}")
 

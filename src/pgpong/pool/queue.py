@@ -1,14 +1,15 @@
 """A cluster's batch queue: the matches of the batch, handed out to whichever node has
-free workers, so that no worker anywhere idles while a match of the batch is unplayed.
+free workers, so that no worker anywhere idles while a match of the batch is unplayed;
+and what the nodes say they have played, for the driver to read a few times a batch.
 
 WorkQueue is a small Ray actor (no CPU of its own, next to the driver). Each node's
 leader asks it for as many matches as its node has free workers (twice as many while
 the queue holds at least two matches per worker of the cluster, so that a worker
-finds its next match waiting), and asks again as its workers free up; QueueFeed is
-the leader's side of that conversation. The queue remembers which node took which
-matches until the driver has that node's sum, so that a lost node's matches can be
-handed out again. Who plays which match does not change the weights: the gradients
-are summed exactly (sums.py).
+finds its next match waiting), asks again as its workers free up, and tells it now
+and then which matches it has finished (their stats or results); QueueFeed is the
+leader's side of that. The queue remembers which node took which matches, so that a
+lost node's can be handed out again. Who plays which match does not change the
+weights: the gradients are summed exactly (sums.py).
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ from pgpong.rollout import EpisodeId
 
 
 class WorkQueue:
-    """The matches of the current batch not yet handed out, and who took the others."""
+    """The matches of the current batch not yet handed out, who took the others, and
+    what the nodes reported of them."""
 
     def __init__(self, workers: int):
         self.workers = workers  # of the whole cluster
         self.batch = -1
         self.episodes: list[EpisodeId] = []
         self.todo: deque[int] = deque()  # positions in the batch
-        self.taken: dict[int, list[int]] = {}  # node -> positions it took and has not yet summed
+        self.taken: dict[int, list[int]] = {}  # node -> positions it took
+        self.reported: list[tuple[int, int, Any]] = []  # (node, position, stats or result), as they came
         self.handed = 0  # matches handed out in this batch, those handed out again included
 
     def reset(self, batch: int, episodes: list[EpisodeId]) -> None:
         """A new batch: every match to be handed out."""
         self.batch, self.episodes = batch, episodes
         self.todo = deque(range(len(episodes)))
-        self.taken, self.handed = {}, 0
+        self.taken, self.reported, self.handed = {}, [], 0
 
     def set_workers(self, workers: int) -> None:
         self.workers = workers
@@ -50,22 +53,32 @@ class WorkQueue:
         self.handed += len(given)
         return [(p, self.episodes[p]) for p in given], len(self.todo)
 
-    def settle(self, node: int) -> None:
-        """The driver has `node`'s sum: what it took is played for good."""
-        self.taken.pop(node, None)
+    def report(self, batch: int, node: int, finished: list[tuple[int, Any]]) -> None:
+        """`node` has finished these matches: (position, stats or result)."""
+        if batch == self.batch:
+            self.reported.extend((node, position, item) for position, item in finished)
 
-    def give_back(self, node: int) -> int:
-        """`node` is lost: the matches it took go first to whoever asks next."""
-        lost = self.taken.pop(node, [])
+    def progress(self, since: int) -> tuple[list[tuple[int, int, Any]], int]:
+        """What the nodes reported after the first `since` reports, and how many there are now."""
+        return self.reported[since:], len(self.reported)
+
+    def give_back(self, node: int, keep: list[int] | None = None) -> int:
+        """`node` is lost: the matches it took go first to whoever asks next, but those
+        in `keep` (already in the batch's sum), or, when `keep` is None, those it
+        reported (a match's result is all there is of it)."""
+        kept = set(keep) if keep is not None else {p for n, p, _ in self.reported if n == node}
+        lost = [p for p in self.taken.pop(node, []) if p not in kept]
         self.todo.extendleft(reversed(lost))
         return len(lost)
 
-    def put_back(self, positions: list[int]) -> None:
-        """Matches whose sum was lost on its way: to be played again."""
-        self.todo.extendleft(reversed(positions))
+    def left(self) -> int:
+        return len(self.todo)
 
     def handed_out(self) -> int:
         return self.handed
+
+    def taken_by(self, node: int) -> int:
+        return len(self.taken.get(node, []))
 
 
 class QueueFeed:
