@@ -57,6 +57,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("policy", []),
     ("returns", []),
     ("frames", []),
+    ("errors", []),
 ]
 # Outside the floors: `python -m pgpong` (the command line's entry) and the package's face.
 OUTSIDE = {"__main__": "runs the command line", "": "the package's face: its version"}

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgpong.errors import PgpongError
+
 CONNECT_SECONDS = 5.0
 # Settings of the Ray instance pgpong starts itself (a cluster it joins keeps its own).
 # An episode's result (its gradient: at most 5 MB, 0.6-0.9 MB when losing) comes back
@@ -29,7 +31,7 @@ TOKEN_HELP = (
 )
 
 
-class ClusterError(RuntimeError):
+class ClusterError(PgpongError, RuntimeError):
     """Ray could not be started or the cluster could not be reached."""
 
 

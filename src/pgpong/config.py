@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pgpong import schedule
+from pgpong.errors import PgpongError
 from pgpong.schedule import (
     RAMP_MATCHES,
     RULE_BATCH,
@@ -30,7 +31,7 @@ MAX_LEARNING_RATE = 1.0
 MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
 
 
-class ConfigError(ValueError):
+class ConfigError(PgpongError, ValueError):
     """A setting has a value pgpong cannot use; the message says which and why."""
 
 

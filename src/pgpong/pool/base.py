@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pgpong.errors import PgpongError
 from pgpong.policy import Params
 from pgpong.pool.sums import ChunkResult
 from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
@@ -76,7 +77,7 @@ class PlayedBatch:
         return iter(self._chunks)
 
 
-class PoolError(RuntimeError):
+class PoolError(PgpongError, RuntimeError):
     """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
 
 
