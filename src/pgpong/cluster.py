@@ -179,6 +179,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # our own instance: Ray's default, chosen explicitly
     else:
         address = check_address(address)
+    # In a notebook without ipywidgets, importing Ray logs a suggestion to install it.
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
     import ray
 
     if ray.is_initialized():
@@ -204,6 +206,12 @@ def cluster_cpus() -> int:
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def ray_running() -> bool:
+    """Whether this process is connected to Ray (without importing it when it was not)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def stop_ray() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -309,3 +310,21 @@ def save_figure(fig: Figure, output: Path, dpi: int = 100) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return output
+
+
+def shown_inline(figure: Figure) -> Figure:
+    """In a Jupyter kernel, make sure that a Figure returned to a cell is drawn as a
+    PNG (matplotlib's inline backend registers that only once pyplot has drawn)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and hasattr(shell, "kernel"):
+        from matplotlib.figure import Figure
+
+        png = shell.display_formatter.formatters["image/png"]
+        try:
+            png.lookup_by_type(Figure)
+        except KeyError:
+            from IPython.core.pylabtools import print_figure
+
+            png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+    return figure
