@@ -187,7 +187,9 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
         return
     try:
         ray.init(
-            address=address,
+            # "local": a Ray instance of our own, even when another one runs on this
+            # machine (with None, ray.init would join whichever it finds).
+            address=address or "local",
             num_cpus=num_cpus if address is None else None,
             include_dashboard=False,
             logging_level=logging.WARNING,
