@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train play test test-long test-matrix lint soak bench clean
+.PHONY: train play test test-long test-matrix lint soak bench tutorial clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "pgpong needs Python 3.11 or newer (set PYTHON=...)")'
@@ -44,6 +44,11 @@ test-matrix:
 
 bench: $(VENV)/.installed
 	$(BIN)/pgpong bench $(ARGS)
+
+# docs/tutorial.py (the text to edit) -> docs/tutorial.ipynb, run in a fresh kernel and saved with its outputs (5-8 minutes).
+tutorial: $(VENV)/.installed
+	$(BIN)/jupytext --to ipynb --output docs/tutorial.ipynb docs/tutorial.py
+	cd docs && RAY_USAGE_STATS_ENABLED=0 ../$(BIN)/jupyter-execute --inplace --timeout=1200 tutorial.ipynb
 
 clean:
 	rm -rf $(VENV) .matrix build src/*.egg-info .pytest_cache

@@ -27,7 +27,14 @@ def ray_instance():
     """One local Ray instance shared by a module's tests (test_cluster needs its own cluster)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, logging_level=logging.WARNING)
+    # "local": an instance of our own, even when another runs on this machine (None would join it)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=200 * 1024**2,
+        logging_level=logging.WARNING,
+    )
     yield ray
     ray.shutdown()
 

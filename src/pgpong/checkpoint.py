@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pgpong.config import MAX_HIDDEN
+from pgpong.errors import PgpongError
 from pgpong.frames import D
 from pgpong.policy import Params
 
@@ -28,7 +29,7 @@ ARRAYS = ("W1", "W2", "cache_W1", "cache_W2")
 _NAME = re.compile(r"^ckpt-(\d{6,})\.npz$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(PgpongError, ValueError):
     """A file is not a usable checkpoint; the message names the file and the problem."""
 
 

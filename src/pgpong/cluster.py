@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgpong.errors import PgpongError
+
 CONNECT_SECONDS = 5.0
 # Settings of the Ray instance pgpong starts itself (a cluster it joins keeps its own).
 # An episode's result (its gradient: at most 5 MB, 0.6-0.9 MB when losing) comes back
@@ -29,7 +31,7 @@ TOKEN_HELP = (
 )
 
 
-class ClusterError(RuntimeError):
+class ClusterError(PgpongError, RuntimeError):
     """Ray could not be started or the cluster could not be reached."""
 
 
@@ -177,13 +179,17 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # our own instance: Ray's default, chosen explicitly
     else:
         address = check_address(address)
+    # In a notebook without ipywidgets, importing Ray logs a suggestion to install it.
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
     import ray
 
     if ray.is_initialized():
         return
     try:
         ray.init(
-            address=address,
+            # "local": a Ray instance of our own, even when another one runs on this
+            # machine (with None, ray.init would join whichever it finds).
+            address=address or "local",
             num_cpus=num_cpus if address is None else None,
             include_dashboard=False,
             logging_level=logging.WARNING,
@@ -202,6 +208,12 @@ def cluster_cpus() -> int:
     import ray
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def ray_running() -> bool:
+    """Whether this process is connected to Ray (without importing it when it was not)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def stop_ray() -> None:

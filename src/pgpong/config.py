@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pgpong import schedule
+from pgpong.errors import PgpongError
 from pgpong.schedule import (
     RAMP_MATCHES,
     RULE_BATCH,
@@ -31,7 +32,7 @@ MAX_BATCH = 8192  # the most matches an exact sum of gradients holds (pool/sums.
 MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
 
 
-class ConfigError(ValueError):
+class ConfigError(PgpongError, ValueError):
     """A setting has a value pgpong cannot use; the message says which and why."""
 
 

@@ -10,12 +10,13 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
+from pgpong.errors import PgpongError
 from pgpong.frames import SCREEN, D, PaletteDiffer
 
 UP, DOWN = 2, 3  # ALE calls them RIGHT and LEFT; in Pong they move the paddle up and down
 
 
-class UnknownEnvironment(ValueError):
+class UnknownEnvironment(PgpongError, ValueError):
     """The environment id is not registered with Gymnasium."""
 
 

@@ -72,6 +72,10 @@ def match_ids(seed: int, count: int) -> list[EpisodeId]:
 
 @dataclass
 class Summary:
+    """An evaluation's result: the mean score (in [-21, 21]) and its standard deviation,
+    matches won, points for and against, and each match's score and steps, in match
+    order; what was played (environment, policy, seed, greedy) when known."""
+
     episodes: int
     mean_score: float
     std_score: float
@@ -80,6 +84,10 @@ class Summary:
     points_against: int
     scores: list[float]
     steps: list[int]
+    env_id: str | None = None
+    policy: str | None = None
+    seed: int | None = None
+    greedy: bool | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -92,6 +100,9 @@ class Summary:
             "scores": self.scores,
             "steps": self.steps,
         }
+
+    def __str__(self) -> str:
+        return self.line()
 
     def line(self) -> str:
         return (
@@ -150,9 +161,11 @@ def record_matches(
     seed: int,
     greedy: bool,
     fps: float | None,
+    scale: int | None = None,
 ) -> Iterator[str]:
     """Play matches 0..count-1 of the evaluation again in this process (the same seeds
-    give the same matches) and record each to its file; yield a line about each."""
+    give the same matches) and record each to its file, drawn `scale` times the
+    screen's size (default: the Recorder's); yield a line about each."""
     from pgpong.envs import SeededAtari, make_env
     from pgpong.record import EMULATOR_FPS, Recorder, numbered
 
@@ -161,7 +174,7 @@ def record_matches(
     fps = fps or EMULATOR_FPS / atari.frames_per_step()
     try:
         for match in match_ids(seed, count):
-            recorder = Recorder(numbered(path, match.episode, count), fps)
+            recorder = Recorder(numbered(path, match.episode, count), fps, scale)
             try:
                 result = play_match(env, weights, match, greedy, observer=recorder)
                 recorder.save()

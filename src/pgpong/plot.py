@@ -1,17 +1,24 @@
 """Pictures of a run: learning curves from progress.csv, and what the hidden units of
-W1 look at. matplotlib with the Agg backend (no display); PNGs written atomically."""
+W1 look at. Each is made as a matplotlib Figure first (no pyplot, so no backend and no
+display: a notebook shows the figure it is handed), then written to a PNG atomically."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
 from pgpong.policy import Params
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 X_AXES = {
     "episodes": ("episodes", "episodes played", 1.0),
@@ -33,7 +40,7 @@ MAX_PROGRESS_BYTES = 512 * 2**20
 MAX_BANDS = 3  # runs drawn with their batch scores; more get the running reward only
 
 
-class PlotError(ValueError):
+class PlotError(PgpongError, ValueError):
     """A run cannot be drawn (no progress.csv, unreadable rows) or the picture not written."""
 
 
@@ -75,17 +82,21 @@ def run_label(run_dir: Path) -> str:
 
 
 def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
+    """runs_figure, written to `output`."""
+    return save_figure(runs_figure(run_dirs, x), output)
+
+
+def runs_figure(run_dirs: list[Path], x: str = "episodes") -> Figure:
     """Running reward and each batch's mean score (min-max band) per run, and env
     steps per second below; the 0 line is the built-in player's level."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     curves = [(run_dir, read_curve(run_dir)) for run_dir in run_dirs]
     column, label, factor = X_AXES[x]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True, height_ratios=[3, 1], layout="constrained")
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(10, 7.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (run_dir, c) in enumerate(curves):
         colour = colours[k % len(colours)]
         xs = c[column] * factor
@@ -124,7 +135,7 @@ def plot_runs(run_dirs: list[Path], output: Path, x: str = "episodes") -> Path:
     bottom.set_xlabel(label)
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
-    return _save(fig, output)
+    return fig
 
 
 def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
@@ -182,16 +193,20 @@ def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
 
 
 def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
+    """study_figure, written to `output`."""
+    return save_figure(study_figure(study_dir, x), output)
+
+
+def study_figure(study_dir: Path, x: str = "steps") -> Figure:
     """Each setting's median running reward over its seeds, with a min-max band."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     curves = setting_curves(study_dir, x)
     _, label, _ = X_AXES[x]
-    fig, ax = plt.subplots(figsize=(10, 6), layout="constrained")
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = Figure(figsize=(10, 6), layout="constrained")
+    ax = fig.subplots()
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, c in enumerate(curves):
         colour = colours[k % len(colours)]
         ax.fill_between(c["x"], c["min"], c["max"], color=colour, alpha=0.18, linewidth=0)
@@ -220,17 +235,20 @@ def plot_study(study_dir: Path, output: Path, x: str = "steps") -> Path:
         "last value), band: min-max,\ndot: where a seed ended",
     )
     ax.set_title(f"pgpong study {study_dir.name}: running reward by setting")
-    return _save(fig, output)
+    return fig
 
 
 def plot_weights(weights: Params, output: Path, title: str, units: int | None = None, zoom: int = 2) -> Path:
+    """weights_figure, written to `output`."""
+    return save_figure(weights_figure(weights, title, units, zoom), output, dpi=100)
+
+
+def weights_figure(weights: Params, title: str, units: int | None = None, zoom: int = 2) -> Figure:
     """Every hidden unit's row of W1 as an 80x80 image, in a grid, one diverging colour
     map centred on 0. Each unit is scaled by the 99th percentile of its |weights| (a
     few large weights would otherwise wash out the rest), drawn `zoom` pixels a weight."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     W1 = np.asarray(weights.W1, dtype=np.float32)[:units]
     hidden = W1.shape[0]
@@ -247,7 +265,7 @@ def plot_weights(weights: Params, output: Path, title: str, units: int | None = 
     dpi = 100
     width_in = mosaic.shape[1] * zoom / dpi  # the mosaic is drawn at exactly `zoom` pixels a weight
     height_in = mosaic.shape[0] * zoom / dpi
-    fig = plt.figure(figsize=(width_in + 1.6, height_in + 1.0), dpi=dpi)
+    fig = Figure(figsize=(width_in + 1.6, height_in + 1.0), dpi=dpi)
     ax = fig.add_axes(
         (0.2 / (width_in + 1.6), 0.2 / (height_in + 1.0), width_in / (width_in + 1.6), height_in / (height_in + 1.0))
     )
@@ -267,7 +285,7 @@ def plot_weights(weights: Params, output: Path, title: str, units: int | None = 
     bar_ax = fig.add_axes(((width_in + 0.35) / (width_in + 1.6), 0.25, 0.25 / (width_in + 1.6), 0.5))
     bar = fig.colorbar(image, cax=bar_ax)
     bar.set_label("weight / the unit's 99th percentile |weight|", fontsize=11)
-    return _save(fig, output, dpi=dpi)
+    return fig
 
 
 def _score_axis(ax, label_right: bool) -> None:
@@ -281,9 +299,8 @@ def _score_axis(ax, label_right: bool) -> None:
     ax.set_yticks(range(-20, 21, 5))
 
 
-def _save(fig, output: Path, dpi: int = 100) -> Path:
-    import matplotlib.pyplot as plt
-
+def save_figure(fig: Figure, output: Path, dpi: int = 100) -> Path:
+    """Write `fig` to the PNG `output` atomically (a temporary file, then a rename)."""
     tmp = output.with_name(f".{output.stem}.{os.getpid()}.tmp.png")
     try:
         fig.savefig(tmp, format="png", dpi=dpi)
@@ -291,6 +308,23 @@ def _save(fig, output: Path, dpi: int = 100) -> Path:
     except OSError as exc:
         raise PlotError(f"{output}: cannot write ({exc.strerror or exc})") from None
     finally:
-        plt.close(fig)
         tmp.unlink(missing_ok=True)
     return output
+
+
+def shown_inline(figure: Figure) -> Figure:
+    """In a Jupyter kernel, make sure that a Figure returned to a cell is drawn as a
+    PNG (matplotlib's inline backend registers that only once pyplot has drawn)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and hasattr(shell, "kernel"):
+        from matplotlib.figure import Figure
+
+        png = shell.display_formatter.formatters["image/png"]
+        try:
+            png.lookup_by_type(Figure)
+        except KeyError:
+            from IPython.core.pylabtools import print_figure
+
+            png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
+    return figure

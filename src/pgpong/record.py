@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
 
 EMULATOR_FPS = 60  # Atari frames per second
@@ -35,7 +36,7 @@ BAR_BACK = (55, 60, 68)
 PONG_COLOURS = [(144, 72, 17), (213, 130, 74), (92, 186, 92), (236, 236, 236), (109, 118, 43), (0, 0, 0)]
 
 
-class RecordingError(ValueError):
+class RecordingError(PgpongError, ValueError):
     """The recording cannot be written where or as asked (the message says why)."""
 
 

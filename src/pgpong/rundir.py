@@ -24,11 +24,12 @@ from pgpong.checkpoint import (
     remove_stale_temporaries,
 )
 from pgpong.config import ConfigError, TrainConfig, load_config, save_config
+from pgpong.errors import PgpongError
 from pgpong.policy import Params
 from pgpong.runlog import RunLog, last_recorded_batch
 
 
-class RunWriteError(RuntimeError):
+class RunWriteError(PgpongError, RuntimeError):
     """The run directory could not be written (disk full, permissions, ...)."""
 
 

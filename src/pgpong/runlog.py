@@ -187,18 +187,29 @@ class TensorBoard(_Quiet):
 
 class LiveLine:
     """One line that redraws itself in place on a terminal (rich), showing `text()`;
-    off a terminal it shows nothing. Lines printed through it go above it."""
+    in a Jupyter notebook, a line of the cell's output that is updated in place
+    (NotebookLine); elsewhere (a pipe, a file) it shows nothing. Lines printed through
+    it go above it on a terminal, below it in a notebook."""
 
     def __init__(self, text: Callable[[], str], out: TextIO | None = None):
         self.text = text
         self.out = out or sys.stdout
         self._live: Any = None
+        self._notebook = NotebookLine() if in_notebook(self.out) else None
 
     @staticmethod
     def wanted(out: TextIO) -> bool:
         return out.isatty() and os.environ.get("TERM") != "dumb"
 
+    def refresh(self) -> None:
+        """Show the text again now (a notebook's line is redrawn only when asked)."""
+        if self._notebook is not None:
+            self._notebook.show(self.text())
+
     def start(self) -> None:
+        if self._notebook is not None:
+            self._notebook.show(self.text())
+            return
         if self._live is not None or not self.wanted(self.out):
             return
         from rich.console import Console
@@ -223,6 +234,8 @@ class LiveLine:
             print(line, file=self.out, flush=True)
 
     def stop(self) -> None:
+        if self._notebook is not None:
+            self._notebook.show("")
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -233,6 +246,30 @@ class LiveLine:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def in_notebook(out: TextIO) -> bool:
+    """Whether `out` is a Jupyter kernel's output stream (a notebook cell's output)."""
+    return type(out).__module__.startswith("ipykernel.") and "IPython" in sys.modules
+
+
+class NotebookLine:
+    """A line of plain text in a notebook cell's output, replaced in place each time it
+    is shown (IPython's display with a display id: no escape codes, no widget library).
+    It is made at its first showing; showing "" blanks it."""
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+
+    def show(self, text: str) -> None:
+        from IPython.display import display
+
+        shown = {"text/plain": text}
+        if self._handle is None:
+            if text:
+                self._handle = display(shown, raw=True, display_id=True)
+        else:
+            self._handle.update(shown, raw=True)
 
 
 class LiveProgress(_Quiet):
@@ -252,6 +289,7 @@ class LiveProgress(_Quiet):
 
     def episode(self, finished: int, steps: int, running_reward: float | None) -> None:
         self.finished, self.steps, self.running = finished, steps, running_reward
+        self.line.refresh()
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
         self.line.stop()  # before the batch's permanent line is printed
@@ -308,6 +346,17 @@ class RunLog:
     def close(self) -> None:
         for output in self.outputs:
             output.close()
+
+
+def read_rows(path: Path) -> list[BatchRow]:
+    """progress.csv's complete rows as BatchRows (a column an older pgpong did not write
+    takes its default)."""
+    kinds = {f.name: int if f.type == "int" else float for f in fields(BatchRow)}
+    return [
+        BatchRow(**{name: kinds[name](value) for name, value in row.items() if name in kinds})  # type: ignore[arg-type]
+        for row in read_progress(path)
+        if _batch_of(row) is not None
+    ]
 
 
 def read_progress(path: Path) -> list[dict[str, str]]:

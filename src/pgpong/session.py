@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pgpong import schedule
-from pgpong.checkpoint import list_checkpoints
-from pgpong.cluster import stop_ray
+from pgpong.checkpoint import TrainingState, list_checkpoints
+from pgpong.cluster import ray_running, stop_ray
 from pgpong.config import TrainConfig
 from pgpong.envs import check_env_id
 from pgpong.pool import Pool, WorkerSettings, open_pool
 from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import LiveProgress, Output, RunLog, TensorBoard
-from pgpong.trainer import Trainer
+from pgpong.trainer import BatchReport, Trainer
 
 
 class TrainingSession:
@@ -69,12 +69,20 @@ class TrainingSession:
     def directory(self) -> Path:
         return self.run.directory
 
-    def train(self, out: TextIO | None = None, connected: Callable[[], object] = lambda: None) -> None:
+    def train(
+        self,
+        out: TextIO | None = sys.stdout,
+        connected: Callable[[], object] = lambda: None,
+        stop: Callable[[TrainingState], object] = lambda state: False,
+        each: Callable[[BatchReport], object] = lambda report: None,
+    ) -> None:
         """Open the pool (then call `connected`), write the run's files and train
-        until --iterations; the pool and Ray are closed however it ends."""
-        out = out or sys.stdout
+        until --iterations or `stop` (Trainer.train's, as `each`); the lines go to
+        `out` (none when None). The pool is closed however it ends, and Ray too when
+        this session started it (a Ray instance the caller had started stays up)."""
         run, config = self.run, self.run.config
         pool: Pool | None = None
+        ray_was_up = ray_running()
         try:
             pool = open_pool(worker_settings(config), config.workers, self.address, note=self.note)
             connected()
@@ -91,12 +99,13 @@ class TrainingSession:
                 warning = None if run.state.batch else schedule.first_step_warning(config)
                 if warning:
                     trainer.log.say(warning)
-                trainer.train()
+                trainer.train(stop, each)
                 trainer.log.say(f"pgpong: done after {run.state.batch} batches; run in {run.directory}")
         finally:
             if pool is not None:
                 pool.close()
-            stop_ray()
+            if not ray_was_up:
+                stop_ray()
             if self.lock is not None:
                 self.lock.release()
 

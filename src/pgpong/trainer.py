@@ -17,6 +17,7 @@ import numpy as np
 
 from pgpong import schedule
 from pgpong.checkpoint import TrainingState, save_checkpoint
+from pgpong.errors import PgpongError
 from pgpong.policy import Params, RMSProp
 from pgpong.pool import Pool
 from pgpong.rollout import EpisodeId, EpisodeStats
@@ -26,7 +27,7 @@ from pgpong.runlog import BatchRow, RunLog
 RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(PgpongError, RuntimeError):
     """The weights, the RMSProp cache or a gradient became NaN or infinite."""
 
 

@@ -66,27 +66,22 @@ def add_parsers(sub) -> None:
 
 
 def plot(args: argparse.Namespace) -> int:
-    from pgpong.plot import plot_runs, plot_study
-    from pgpong.record import check_output
+    from pgpong import api
 
     if args.by == "setting":
         check(len(args.run_dirs) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
         output = args.output or args.run_dirs[0] / "curves.png"
-        check_output(output, (".png",))
-        print(f"pgpong: wrote {plot_study(args.run_dirs[0], output, args.x)}")
-        return 0
-    if args.output is None and len(args.run_dirs) > 1:
+    elif args.output is None and len(args.run_dirs) > 1:
         raise ConfigError("--output FILE is needed to plot several runs")
-    output = args.output or args.run_dirs[0] / "learning.png"
-    check_output(output, (".png",))
-    print(f"pgpong: wrote {plot_runs(args.run_dirs, output, args.x)}")
+    else:
+        output = args.output or args.run_dirs[0] / "learning.png"
+    api.plot_learning_curve(*args.run_dirs, x=args.x, by=args.by, output=output)
+    print(f"pgpong: wrote {output}")
     return 0
 
 
 def weights(args: argparse.Namespace) -> int:
-    from pgpong.evaluate import load_policy
-    from pgpong.plot import plot_weights
-    from pgpong.record import check_output
+    from pgpong import api
 
     if args.output is not None:
         output = args.output
@@ -94,9 +89,6 @@ def weights(args: argparse.Namespace) -> int:
         output = args.checkpoint / "weights.png"
     else:
         output = Path("weights.png")
-    check(args.units is None or args.units >= 1, f"--units must be at least 1, got {args.units}")
-    check_output(output, (".png",))
-    policy = load_policy(args.checkpoint)
-    title = Path(policy.source).name if args.checkpoint else "the shipped agent"
-    print(f"pgpong: wrote {plot_weights(policy.weights, output, title, args.units)}")
+    api.plot_weights(args.checkpoint, units=args.units, output=output)
+    print(f"pgpong: wrote {output}")
     return 0

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from pgpong.cli.common import (
@@ -17,10 +15,8 @@ from pgpong.cli.common import (
     EXIT_SIGTERM,
     Terminated,
     fail,
-    raise_terminated,
     terminated,
 )
-from pgpong.config import check
 
 
 def add_parser(sub) -> None:
@@ -97,73 +93,26 @@ def _add_play_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pgpong.cluster import ClusterError, stop_ray
-    from pgpong.envs import check_env_id
-    from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
-    from pgpong.pool import PoolError, WorkerSettings, open_pool
-    from pgpong.record import check_output
-    from pgpong.runlog import LiveLine
-    from pgpong.session import where as session_where
+    from pgpong import api
+    from pgpong.cluster import ClusterError
+    from pgpong.pool import PoolError
 
-    check(args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}")
-    check(args.workers is None or args.workers >= 0, f"--workers must be 0 or more, got {args.workers}")
-    check(0 <= args.seed < 2**32, f"--seed must be in [0, 2**32), got {args.seed}")
-    check(
-        args.max_episode_steps is None or args.max_episode_steps >= 1,
-        f"--max-episode-steps must be at least 1, got {args.max_episode_steps}",
-    )
-    check(
-        1 <= args.record_episodes <= args.episodes,
-        f"--record-episodes must be from 1 to --episodes ({args.episodes}), got {args.record_episodes}",
-    )
-    check(args.fps is None or 0 < args.fps <= 240, f"--fps must be in (0, 240], got {args.fps}")
-    if args.record is not None:
-        check_output(args.record)
-    policy = load_policy(args.checkpoint)
-    env_id = args.env_id or policy.env_id or "ALE/Pong-v5"
-    check_env_id(env_id)
-    address = args.address or os.environ.get("RAY_ADDRESS") or None
     lines = sys.stderr if args.json else sys.stdout
-    pool = None
     try:
-        pool = open_pool(WorkerSettings(env_id, args.max_episode_steps), args.workers, address, at_most=args.episodes)
-        signal.signal(signal.SIGTERM, raise_terminated)  # ray.init installs its own
-        where = session_where(pool)
-        how = "greedy actions" if args.greedy else "sampled actions"
-        print(
-            f"pgpong: {args.episodes} match(es) of {env_id}, {policy.source} (H={policy.weights.hidden}), "
-            f"{how}, seed {args.seed}, on {where}",
-            file=lines,
-            flush=True,
+        summary = api.evaluate_agent(
+            args.checkpoint,
+            args.episodes,
+            seed=args.seed,
+            greedy=args.greedy,
+            workers=args.workers,
+            env_id=args.env_id,
+            max_episode_steps=args.max_episode_steps,
+            address=args.address,
+            record=args.record,
+            record_episodes=args.record_episodes,
+            fps=args.fps,
+            progress=lines,
         )
-        done = {"matches": 0, "steps": 0, "began": time.monotonic()}
-
-        def status() -> str:
-            elapsed = time.monotonic() - done["began"]
-            return (
-                f"playing: {done['matches']}/{args.episodes} matches done | "
-                f"{done['steps'] / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s"
-            )
-
-        def on_match(result) -> None:
-            done["matches"] += 1
-            done["steps"] += result.steps
-            live.print(match_line(result, args.episodes))
-
-        with LiveLine(status, lines) as live:
-            summary = evaluate(pool, policy.weights, args.episodes, args.seed, args.greedy, on_match=on_match)
-        if args.record is not None:
-            for message in record_matches(
-                args.record,
-                args.record_episodes,
-                policy.weights,
-                env_id,
-                args.max_episode_steps,
-                args.seed,
-                args.greedy,
-                args.fps,
-            ):
-                print(f"pgpong: {message}", file=lines, flush=True)
     except ClusterError as exc:
         return fail(str(exc), EXIT_BAD_INPUT)
     except PoolError as exc:
@@ -172,18 +121,14 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("\npgpong: play interrupted", file=sys.stderr, flush=True)
         return EXIT_SIGTERM if terminated() or isinstance(exc, Terminated) else EXIT_SIGINT
-    finally:
-        if pool is not None:
-            pool.close()
-        stop_ray()
     if args.json:
         print(
             json.dumps(
                 {
-                    "env_id": env_id,
-                    "policy": policy.source,
-                    "seed": args.seed,
-                    "greedy": args.greedy,
+                    "env_id": summary.env_id,
+                    "policy": summary.policy,
+                    "seed": summary.seed,
+                    "greedy": summary.greedy,
                     **summary.as_dict(),
                 }
             )

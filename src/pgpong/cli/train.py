@@ -19,7 +19,6 @@ from pgpong.cli.common import (
     fail,
     note,
     pgpong_command,
-    raise_terminated,
     resume_command,
     terminated,
 )
@@ -70,10 +69,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pgpong import api
     from pgpong.cluster import ClusterError
     from pgpong.pool import PoolError
     from pgpong.rundir import RunWriteError
-    from pgpong.session import TrainingSession
     from pgpong.trainer import TrainingDiverged
 
     settings = given(args, TrainConfig)
@@ -81,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.redis_address and not args.address:
         note("--redis-address is the old name of --address")
 
-    session = TrainingSession.plan(settings, args.run_dir, args.resume_from, address, note)
+    session = api.plan_training(settings, args.run_dir, args.resume_from, address, note)
     run, run_dir = session.run, session.directory
     if run.finished:
         more = max(2 * run.state.batch, run.state.batch + 1)
@@ -93,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        # ray.init installs its own SIGTERM handler: ours goes back once Ray is up
-        session.train(connected=lambda: signal.signal(signal.SIGTERM, raise_terminated))
+        api.run_training(session, sys.stdout)  # ray.init's SIGTERM handler gives way to ours (main) again
         return 0
     except (ClusterError, *bad_input()) as exc:  # type: ignore[misc]  # a tuple built at run time
         return fail(str(exc), EXIT_BAD_INPUT)

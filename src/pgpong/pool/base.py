@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pgpong.errors import PgpongError
 from pgpong.policy import Params
 from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
 
@@ -91,7 +92,7 @@ class InOrder:
             self.next += 1
 
 
-class PoolError(RuntimeError):
+class PoolError(PgpongError, RuntimeError):
     """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
 
 

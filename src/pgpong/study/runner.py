@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pgpong.config import ConfigError
+from pgpong.errors import PgpongError
 from pgpong.rundir import RunBusy, RunLock
 from pgpong.runlog import read_progress
 from pgpong.study.plan import Stops, Study, Trial
@@ -28,7 +29,7 @@ RETRIES = 2  # Tune starts a trial whose process died again, this many times
 STATUS_EVERY_S = 60.0  # off a terminal, a line on the study as a whole this often
 
 
-class StudyError(RuntimeError):
+class StudyError(PgpongError, RuntimeError):
     """Trials failed; the message says which."""
 
 
