@@ -182,8 +182,8 @@ plt.show()
 # A batch's matches share nothing but the weights, so they are played at the same
 # time by long-lived rollout workers, Ray actors that each create their Pong
 # environment once. The weights are published once per batch in Ray's object
-# store; the gradients come back in fixed chunks and are summed in match order, so
-# the sum is the same bit for bit whichever worker played which match.
+# store; each gradient comes back in fixed point (integers) and is summed exactly, so
+# the sum is the same bit for bit whichever worker played which match, in any order.
 
 # %%
 from pgpong.pool import WorkerSettings, open_pool
@@ -193,9 +193,7 @@ pool = open_pool(WorkerSettings("ALE/Pong-v5", MATCH_STEPS), workers, address=No
 batch = [EpisodeId(seed=0, batch=0, episode=k) for k in range(BATCH)]
 began = time.perf_counter()
 played = pool.play_batch(weights, batch)
-summed = weights.zeros_like()
-for chunk in played:
-    chunk.grad.add_to(summed)
+summed = played.grad  # the batch's gradient, weights-shaped
 seconds = time.perf_counter() - began
 pool.close()
 phases = ", ".join(f"{name} {s * 1000:.0f} ms" for name, s in played.measures.phases().items())
