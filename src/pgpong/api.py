@@ -135,6 +135,7 @@ def train(
     iterations: int | None = None,
     workers: int | None = None,
     keep_checkpoints: int | None = None,
+    checkpoint_every: float | None = None,
     resume_from: str | Path | None = None,
     address: str | None = None,
     stop: Callable[[BatchRow], object] | None = None,
