@@ -33,11 +33,14 @@ class Params:
     W2: np.ndarray  # (H,)
 
     @classmethod
-    def initial(cls, hidden: int, seed: int, inputs: int = D) -> Params:
-        """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H)."""
+    def initial(cls, hidden: int, seed: int, inputs: int = D, w2_scale: float = 1.0) -> Params:
+        """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H), W2 then
+        times `w2_scale` (--w2-init-scale; at 1 the draws are untouched)."""
         rng = np.random.default_rng(np.random.SeedSequence([seed, INIT_STREAM]))
         W1 = rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)
         W2 = rng.standard_normal(hidden) / np.sqrt(hidden)
+        if w2_scale != 1:
+            W2 = W2 * w2_scale  # in float64, before the cast: the same draws, only smaller
         return cls.of(W1, W2)
 
     @classmethod
@@ -213,18 +216,22 @@ def _touched(indices: np.ndarray, inputs: int) -> tuple[np.ndarray, np.ndarray]:
 class RMSProp:
     """cache <- decay*cache + (1-decay)*g^2;  W <- W + lr * g / (sqrt(cache) + eps).
 
-    Gradient *ascent*: the update adds the gradient of the expected reward. After a
-    step, `last_update_norm` is the L2 norm of the update it added (W1 and W2
-    together), a diagnostic.
+    Gradient *ascent*: the update adds the gradient of the expected reward. With
+    `max_update_norm` (--max-update-norm), the update of W1 and W2 together is scaled
+    down to that L2 norm when it is longer; the cache is unchanged by it. After a
+    step, `last_update_norm` and `last_clip` say how long the update was and what it
+    was multiplied by (diagnostics).
     """
 
     eps = 1e-5
 
-    def __init__(self, learning_rate: float, decay_rate: float, cache: Params):
+    def __init__(self, learning_rate: float, decay_rate: float, cache: Params, max_update_norm: float | None = None):
         self.learning_rate = learning_rate
         self.decay_rate = decay_rate
         self.cache = cache
-        self.last_update_norm = 0.0  # L2 norm of the last update, as added
+        self.max_update_norm = max_update_norm
+        self.last_update_norm = 0.0  # L2 norm of the last update, as added (after any clipping)
+        self.last_clip = 1.0  # what the last update was multiplied by (1: not clipped)
 
     def step(self, weights: Params, grad: Params) -> None:
         updates = []
@@ -240,7 +247,14 @@ class RMSProp:
             np.divide(g, scratch, out=scratch)
             scratch *= self.learning_rate
             updates.append(scratch)  # lr * g / (sqrt(cache) + eps)
-        self.last_update_norm = math.sqrt(sum(squared_norm(u) for u in updates))
+        norm = math.sqrt(sum(squared_norm(u) for u in updates))
+        self.last_clip = 1.0
+        if self.max_update_norm is not None and norm > self.max_update_norm:
+            self.last_clip = self.max_update_norm / norm
+            for update in updates:
+                update *= update.dtype.type(self.last_clip)
+            norm = math.sqrt(sum(squared_norm(u) for u in updates))
+        self.last_update_norm = norm
         for name, update in zip(("W1", "W2"), updates, strict=True):
             w = getattr(weights, name)
             w += update  # W <- W + the update

@@ -50,7 +50,7 @@ class Trainer:
         self.log = log
         self.state = run.state
         self.state.info = config.to_dict()  # every checkpoint says what made it
-        self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
+        self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache, config.max_update_norm)
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_end: float | None = None  # wall time counts the gaps between batches too
@@ -145,7 +145,7 @@ class Trainer:
             "w1_norm": math.sqrt(squared_norm(weights.W1)),
             "w2_norm": math.sqrt(squared_norm(weights.W2)),
             "update_norm": self.optimizer.last_update_norm,
-            "update_clip": 1.0,
+            "update_clip": self.optimizer.last_clip,
         }
         if played.steps:  # pools that play no real matches (bench's simulation) measure none
             columns["entropy"] = played.entropy / played.steps
