@@ -129,7 +129,8 @@ def start_line(run: Run) -> str:
 
 def candidate_settings(config: TrainConfig) -> str:
     """'; entropy bonus 0.01; W2 initialised x0.1; updates clipped to norm 5' for the
-    settings of issue 36 that change 2016's maths; '' when none does."""
+    candidate settings that change 2016's maths (docs/ALGORITHM.md section 9); ''
+    when none does."""
     parts = []
     if config.entropy_bonus:
         parts.append(f"entropy bonus {config.entropy_bonus:g}")
