@@ -105,6 +105,9 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "ramp_matches": 1000,
         "learning_rate": 2e-3,
         "warmup": "off",
+        "entropy_bonus": 0.0,
+        "w2_init_scale": 1.0,
+        "max_update_norm": None,
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,
@@ -137,6 +140,10 @@ BAD_INPUTS = [
     (["--lr", "nan"], ["--learning-rate", "nan"]),
     (["--hidden", "100000"], ["--hidden", "at most"]),
     (["--decay-rate", "1"], ["--decay-rate"]),
+    (["--entropy-bonus", "-0.01"], ["--entropy-bonus", "-0.01"]),
+    (["--entropy-bonus", "nan"], ["--entropy-bonus", "nan"]),
+    (["--w2-init-scale", "0"], ["--w2-init-scale", "(0, 100]"]),
+    (["--max-update-norm", "0"], ["--max-update-norm", "positive"]),
     (["--seed", "-1"], ["--seed"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps"]),
     (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),
@@ -349,6 +356,24 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     proc = run_pgpong(*common, "--warmup", "yes", "--run-dir", str(tmp_path / "bad"))
     assert proc.returncode == 2 and proc.stderr.strip() == "pgpong: error: --warmup must be on or off, got 'yes'"
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_candidate_settings_are_said_on_the_first_line_and_recorded(tmp_path):
+    common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
+    flags = ["--entropy-bonus", "0.01", "--w2-init-scale", "0.1", "--max-update-norm", "5"]
+    said = "; entropy bonus 0.01; W2 initialised x0.1; updates clipped to norm 5"
+    proc = run_pgpong(*common, *flags, "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"(the batch rule at 10 and below){said}, on this process" in proc.stdout
+    wanted = {"entropy_bonus": 0.01, "w2_init_scale": 0.1, "max_update_norm": 5.0}
+    config = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
+    assert {k: config[k] for k in wanted} == wanted
+    info = load_checkpoint(list_checkpoints(tmp_path / "r" / "checkpoints")[-1]).info
+    assert {k: info[k] for k in wanted} == wanted
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), "--iterations", "2")  # resumed: said again
+    assert proc.returncode == 0 and said in proc.stdout, proc.stderr
+    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "plain"))
+    assert proc.returncode == 0 and "entropy" not in proc.stdout and "clipped" not in proc.stdout
 
 
 def test_a_first_step_far_above_the_rules_is_warned_about():

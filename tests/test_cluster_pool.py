@@ -15,6 +15,7 @@ from pgpong.pool import WorkerSettings
 from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
 from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
+from pgpong.runlog import DIAGNOSTICS, read_progress
 
 SETTINGS = dict(seed=3, batch_size=33, hidden=16, max_episode_steps=60, checkpoint_every=0)
 WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
@@ -58,8 +59,19 @@ def three_leaders(cluster):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return train_in_process(tmp_path_factory.mktemp("ref") / "run", 0, 2, SETTINGS)
+def reference_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("ref") / "run"
+
+
+@pytest.fixture(scope="module")
+def reference(reference_dir):
+    return train_in_process(reference_dir, 0, 2, SETTINGS)
+
+
+def diagnostics(run_dir):
+    """progress.csv's diagnostic columns: each match's sums reach the driver in its
+    stats (in the queue's reports on a cluster) and are added in match order."""
+    return [{name: row[name] for name in DIAGNOSTICS} for row in read_progress(run_dir / "progress.csv")]
 
 
 def assert_same_state(state, reference):
@@ -71,12 +83,14 @@ def assert_same_state(state, reference):
 
 
 @pytest.mark.slow
-def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three_leaders, reference):
+def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three_leaders, reference, reference_dir):
     assert len(nodes_with_cpus()) == 3
     pool = three_leaders
     assert (pool.nodes(), pool.num_workers) == (3, 3)
     state = train_in_process(tmp_path / "three", 3, 2, SETTINGS, pool=pool)
     assert_same_state(state, reference)
+    assert diagnostics(tmp_path / "three") == diagnostics(reference_dir)
+    assert all(row["entropy"] != "nan" for row in diagnostics(reference_dir))
     # the driver receives one array, the batch's sum: at most a dense gradient
     heard: list = []
     played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])], heard.append)
@@ -89,6 +103,7 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
     try:
         assert one_node.nodes() == 1
         assert_same_state(train_in_process(tmp_path / "one", 2, 2, SETTINGS, pool=one_node), reference)
+        assert diagnostics(tmp_path / "one") == diagnostics(reference_dir)
     finally:
         one_node.close()
 

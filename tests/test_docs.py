@@ -21,7 +21,7 @@ def readme_defaults() -> dict[str, str]:
     found = {}
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        flag = re.match(r"`--([a-z-]+)`", cells[0])
+        flag = re.match(r"`--([a-z0-9-]+)`", cells[0])
         if flag:
             found[flag.group(1).replace("-", "_")] = cells[1].strip("`")
     return found

@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 
 from conftest import run_pgpong
-from pgpong.runlog import BatchRow, LiveProgress, RunLog, read_progress
+from pgpong.runlog import DIAGNOSTICS, BatchRow, LiveProgress, RunLog, read_progress
 
 TAGS = [
     "charts/running_reward",
@@ -22,6 +22,7 @@ TAGS = [
     "time/batch_s",
     "time/rmsprop_step_s",
     "time/sum_gradients_s",
+    *(f"diagnostics/{name}" for name in DIAGNOSTICS),
 ]
 COMMON = [
     "--workers",
@@ -66,6 +67,10 @@ def test_tensorboard_one_value_per_batch_and_tag_across_a_replaying_resume(tmp_p
     assert [e.value for e in found["charts/episodic_length"]] == pytest.approx(
         [float(r["episode_len_mean"]) for r in rows], abs=1e-3
     )
+    for name in DIAGNOSTICS:  # entropy, p_up, ..., as progress.csv has them
+        assert [e.value for e in found[f"diagnostics/{name}"]] == pytest.approx(
+            [float(r[name]) for r in rows], rel=1e-5
+        ), name
     assert len(acc.Tensors("settings/text_summary")) == 1  # the settings, once
 
 

@@ -178,3 +178,122 @@ def test_the_batch_rule_keeps_rmsprops_first_step_at_batch_10s_size(batch_size):
     weights = Params.of(np.zeros((4, 6)), np.zeros(4), np.float64)
     fixed_decay.step(weights, grad)
     assert np.abs(weights.W2) == pytest.approx(0.02 * np.sqrt(batch_size / 10), rel=0.03)
+
+
+def test_entropy_gradient_matches_finite_differences():
+    from pgpong.rollout import entropies, entropy_gradient
+
+    z = np.array([-40.0, -8.0, -2.4, -0.3, 0.0, 1e-3, 0.7, 2.4, 9.0, 40.0])
+    eps = 1e-6
+    numeric = (entropies(z + eps) - entropies(z - eps)) / (2 * eps)
+    np.testing.assert_allclose(entropy_gradient(z), numeric, rtol=1e-6, atol=1e-12)
+    p = 1 / (1 + np.exp(-z))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.nan_to_num(-p * np.log(p) - (1 - p) * np.log(1 - p))
+    np.testing.assert_allclose(entropies(z), direct, rtol=1e-9, atol=1e-15)
+    assert entropies(np.zeros(1))[0] == pytest.approx(np.log(2))
+
+
+def test_an_entropy_bonus_adds_beta_times_the_entropys_gradient(monkeypatch):
+    """The signal play_episode hands backward with --entropy-bonus BETA,
+    A_t (y_t - p_t) + BETA dH/dz_t, gives the gradient of
+    sum_t A_t log pi(a_t | x_t) + BETA sum_t H(pi(. | x_t)): checked against finite
+    differences through the whole network (in chunks of 4 steps)."""
+    from pgpong.rollout import entropies, entropy_gradient
+
+    monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", 4)
+    rng = np.random.default_rng(3)
+    weights, X, up, adv = small_episode(rng)
+    beta = 0.3
+
+    def logits_of(w):
+        return np.array([w.W2 @ np.maximum(w.W1 @ x, 0) for x in X.toarray()])
+
+    def bonus_objective(w):
+        return objective(w, X, up, adv) + beta * entropies(logits_of(w)).sum()
+
+    z = logits_of(weights)
+    ps = 1 / (1 + np.exp(-z))
+    signal = adv * (up.astype(float) - ps) + beta * entropy_gradient(z)
+    grad = backward(weights, X, signal).dense(inputs=12)
+    eps = 1e-6
+    for name in ("W1", "W2"):
+        w = getattr(weights, name)
+        numeric = np.zeros_like(w)
+        for i in np.ndindex(w.shape):
+            old = w[i]
+            w[i] = old + eps
+            plus = bonus_objective(weights)
+            w[i] = old - eps
+            minus = bonus_objective(weights)
+            w[i] = old
+            numeric[i] = (plus - minus) / (2 * eps)
+        np.testing.assert_allclose(getattr(grad, name), numeric, rtol=1e-5, atol=1e-8)
+    without = backward(weights, X, adv * (up.astype(float) - ps)).dense(inputs=12)
+    assert not np.allclose(without.W2, grad.W2)  # the bonus changed something
+
+
+def test_backward_says_which_hidden_units_fired_without_changing_the_gradient(monkeypatch):
+    monkeypatch.setattr("pgpong.policy.BACKWARD_STEPS", 16)  # 60 steps: four chunks
+    rng = np.random.default_rng(5)
+    weights64, X, _, adv = small_episode(rng, steps=60, inputs=50, hidden=24)
+    weights = Params.of(weights64.W1, weights64.W2)
+    weights.W1[:3] = 0  # three units that never fire
+    fired = np.zeros(24, dtype=bool)
+    grad = backward(weights, X, adv, fired=fired)
+    plain = backward(weights, X, adv)
+    np.testing.assert_array_equal(grad.W1_columns, plain.W1_columns)
+    np.testing.assert_array_equal(grad.W2, plain.W2)
+    hs = np.maximum(X.toarray().astype(np.float32) @ weights.W1.T, 0)
+    np.testing.assert_array_equal(fired, (hs > 0).any(axis=0))
+    assert not fired[:3].any() and fired[3:].any()
+
+
+def rmsprop_reference(w, g, cache, lr, decay, max_norm):
+    """RMSProp's step in float64, then the update scaled to max_norm when longer."""
+    cache = {n: decay * cache[n] + (1 - decay) * g[n] ** 2 for n in g}
+    update = {n: lr * g[n] / (np.sqrt(cache[n]) + 1e-5) for n in g}
+    norm = np.sqrt(sum((u**2).sum() for u in update.values()))
+    scale = min(1.0, max_norm / norm) if max_norm is not None else 1.0
+    return {n: w[n] + scale * update[n] for n in g}, cache, norm * scale, scale
+
+
+@pytest.mark.parametrize("max_norm", [None, 1e6, 0.005])  # no clipping, a bound never reached, a binding one
+def test_rmsprop_update_clipping_against_a_float64_reference(max_norm):
+    rng = np.random.default_rng(2)
+    weights = Params.of(rng.standard_normal((6, 40)) * 0.1, rng.standard_normal(6) * 0.1)
+    cache = Params.of(rng.random((6, 40)) * 1e-3, rng.random(6) * 1e-3)
+    grad = Params.of(rng.standard_normal((6, 40)) * 0.01, rng.standard_normal(6) * 0.01)
+    w0 = {n: getattr(weights, n).astype(np.float64) for n in ("W1", "W2")}
+    c0 = {n: getattr(cache, n).astype(np.float64) for n in ("W1", "W2")}
+    g = {n: getattr(grad, n).astype(np.float64) for n in ("W1", "W2")}
+    optimizer = RMSProp(0.002, 0.9, cache, max_update_norm=max_norm)
+    optimizer.step(weights, grad)
+    want_w, want_cache, want_norm, want_scale = rmsprop_reference(w0, g, c0, 0.002, 0.9, max_norm)
+    for n in ("W1", "W2"):
+        np.testing.assert_allclose(getattr(weights, n), want_w[n], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(getattr(cache, n), want_cache[n], rtol=1e-6, atol=1e-12)  # clipping leaves it
+    assert optimizer.last_update_norm == pytest.approx(want_norm, rel=1e-5)
+    assert optimizer.last_clip == pytest.approx(want_scale, rel=1e-6)
+    if max_norm == 0.005:
+        assert want_scale < 0.5 and optimizer.last_update_norm == pytest.approx(0.005, rel=1e-5)
+
+
+def test_rmsprop_without_clipping_is_todays_step_to_the_bit():
+    rng = np.random.default_rng(4)
+    weights = Params.of(rng.standard_normal((6, 40)), rng.standard_normal(6))
+    grad = Params.of(rng.standard_normal((6, 40)), rng.standard_normal(6))
+    before = Params.of(weights.W1, weights.W2)
+    RMSProp(0.002, 0.99, weights.zeros_like()).step(weights, grad)
+    for n in ("W1", "W2"):
+        w, g = getattr(before, n), getattr(grad, n)
+        c = np.float32(0.99) * np.zeros_like(g) + np.float32(1 - 0.99) * (g * g)  # as 2016's numpy line
+        step = np.float32(0.002) * (g / (np.sqrt(c) + np.float32(1e-5)))
+        assert getattr(weights, n).tobytes() == (w + step).tobytes()
+
+
+def test_w2_init_scale_scales_w2_and_nothing_else():
+    plain, small = Params.initial(200, 0), Params.initial(200, 0, w2_scale=0.1)
+    assert plain.W1.tobytes() == small.W1.tobytes()
+    np.testing.assert_allclose(small.W2, plain.W2 * 0.1, rtol=1e-6)
+    assert Params.initial(200, 0, w2_scale=1.0).W2.tobytes() == plain.W2.tobytes()  # 1: today's bits

@@ -6,9 +6,17 @@ import pytest
 from pgpong.envs import DOWN, UP, SeededAtari, make_env
 from pgpong.frames import D
 from pgpong.original import play_episode_dense
-from pgpong.policy import Params, backward, forward, inputs_matrix
+from pgpong.policy import Params, backward, forward, inputs_matrix, sparse_forward
 from pgpong.returns import discounted_returns, standardise
-from pgpong.rollout import EpisodeId, episode_seeds, play_episode
+from pgpong.rollout import (
+    QUICK_LOSS_FRAMES,
+    Diagnostics,
+    EpisodeId,
+    _diagnostics,
+    entropy_gradient,
+    episode_seeds,
+    play_episode,
+)
 
 GAMMA = 0.99
 
@@ -50,15 +58,16 @@ def test_reused_environment_replays_an_episode_exactly(weights):
     assert not np.array_equal(other.grad.W2, fresh.grad.W2)
 
 
-def reference_episode(env, weights, episode, gamma):
-    """play_episode as plain steps: env.step()'s observations, forward() on each, the
-    inputs gathered in lists; what the one compiled call a step must reproduce."""
+def reference_steps(env, weights, episode):
+    """play_episode's steps played plainly: env.step()'s observations, forward() on
+    each, gathered in lists. The inputs (T, D), the dlogits, rewards and logits."""
     env_seed, rng = episode_seeds(episode)
     uniforms, drawn = rng.random(4096), 0
     (indices, values), _ = env.reset(seed=env_seed)
-    inputs, dlogits, rewards = [], [], []
+    inputs, dlogits, rewards, logits = [], [], [], []
     while True:
         _, p_up = forward(weights, indices, values)
+        logits.append(sparse_forward(weights.W1.T, weights.W2, indices, values)[1])  # forward's, as summed there
         if drawn == len(uniforms):
             uniforms, drawn = rng.random(len(uniforms)), 0
         up = uniforms[drawn] < p_up
@@ -71,8 +80,17 @@ def reference_episode(env, weights, episode, gamma):
             break
     indptr = np.cumsum([0] + [len(i) for i, _ in inputs])
     X = inputs_matrix(np.concatenate([i for i, _ in inputs]), np.concatenate([v for _, v in inputs]), indptr)
-    advantages = standardise(discounted_returns(np.array(rewards, dtype=np.int8), gamma))
-    return backward(weights, X, np.array(dlogits, dtype=np.float32) * advantages), sum(rewards), len(rewards)
+    return X, np.array(dlogits, dtype=np.float32), np.array(rewards, dtype=np.int8), np.array(logits, np.float32)
+
+
+def reference_episode(env, weights, episode, gamma, entropy_bonus=0.0):
+    """play_episode as plain steps (reference_steps): what the one compiled call a step
+    must reproduce."""
+    X, dlogits, rewards, logits = reference_steps(env, weights, episode)
+    signal = dlogits * standardise(discounted_returns(rewards, gamma))
+    if entropy_bonus:
+        signal += entropy_bonus * entropy_gradient(logits)
+    return backward(weights, X, signal), int(rewards.sum()), len(rewards)
 
 
 def test_one_compiled_call_a_step_gives_exactly_the_plain_steps_gradient(weights):
@@ -115,6 +133,59 @@ def test_sparse_float32_episode_matches_dense_float64_reference(weights, chunk, 
     np.testing.assert_allclose(grad.W2, dW2, atol=1e-4 * np.abs(dW2).max(), rtol=1e-3)
     untouched = np.setdiff1d(np.arange(D), result.grad.columns)
     assert not dW1[:, untouched].any()  # the columns left out really are zero
+
+
+def test_an_entropy_bonus_changes_the_signal_by_beta_times_the_entropys_gradient_only(weights):
+    """The same play (the bonus is no part of it); the gradient is the plain steps'
+    with the bonus added to the signal, to the bit, and it differs from the gradient
+    without the bonus by the backward pass of beta x dH/dz alone (the pass is linear)."""
+    episode, beta = EpisodeId(2, 0, 1), 0.25
+    plain = play_episode(make_env("ALE/Pong-v5", 300), weights, episode, GAMMA)
+    bonus = play_episode(make_env("ALE/Pong-v5", 300), weights, episode, GAMMA, entropy_bonus=beta)
+    assert (plain.score, plain.steps) == (bonus.score, bonus.steps)
+    assert_same_episode(plain, play_episode(make_env("ALE/Pong-v5", 300), weights, episode, GAMMA, entropy_bonus=0))
+    grad, _, _ = reference_episode(make_env("ALE/Pong-v5", 300), weights, episode, GAMMA, entropy_bonus=beta)
+    np.testing.assert_array_equal(bonus.grad.columns, grad.columns)
+    np.testing.assert_array_equal(bonus.grad.W1_columns, grad.W1_columns)
+    np.testing.assert_array_equal(bonus.grad.W2, grad.W2)
+    X, _, _, logits = reference_steps(make_env("ALE/Pong-v5", 300), weights, episode)
+    extra = backward(weights, X, beta * entropy_gradient(logits)).dense()
+    with_bonus, without = bonus.grad.dense(), plain.grad.dense()
+    for name in ("W1", "W2"):
+        want = getattr(extra, name)
+        np.testing.assert_allclose(
+            getattr(with_bonus, name) - getattr(without, name), want, atol=1e-4 * abs(want).max()
+        )
+        assert np.abs(want).max() > 0
+
+
+def test_an_episodes_diagnostics(weights):
+    result = play_episode(make_env("ALE/Pong-v5", 400), weights, EpisodeId(0, 0, 0), GAMMA)
+    d = result.diagnostics
+    assert d is not None and d.steps == result.steps == 400
+    assert result.stats().diagnostics is d  # what the driver receives of the match
+    assert 0.6 < d.entropy / d.steps <= np.log(2)  # a new policy is close to a coin
+    assert 0.3 < d.p_up / d.steps < 0.7
+    assert 0 < d.repeats < d.steps
+    assert d.losses >= -result.score and 0 <= d.quick_losses <= d.losses
+    assert d.fired is not None and d.fired.shape == (200,) and d.fired.any()
+
+
+def test_quick_losses_count_points_lost_before_the_ball_came_back():
+    assert QUICK_LOSS_FRAMES == 200  # 50 steps of ALE/Pong-v5
+    rewards = np.zeros(200, dtype=np.int8)
+    rewards[[36, 136, 156, 180]] = [-1, -1, 1, -1]  # rallies of 37, 100, 20 (won) and 24 steps
+    fired = np.array([True, False, False])
+    logits = np.zeros(200, dtype=np.float32)
+    d = _diagnostics(logits, rewards, repeats=7, fired=fired, frames_per_step=4.0)
+    assert (d.losses, d.quick_losses, d.steps, d.repeats) == (3, 2, 200, 7)
+    assert d.entropy == pytest.approx(200 * np.log(2)) and d.p_up == pytest.approx(100)
+    assert _diagnostics(logits, rewards, 7, fired, frames_per_step=1.0).quick_losses == 3  # NoFrameskip: 100 frames
+    total = Diagnostics()
+    total.add(d)
+    total.add(Diagnostics(steps=5, entropy=1.0, p_up=2.0, repeats=1, losses=1, quick_losses=1, fired=~fired))
+    assert (total.steps, total.losses, total.quick_losses, total.repeats) == (205, 4, 3, 8)
+    assert total.fired is not None and total.fired.all() and not fired.all()  # or-ed into a copy
 
 
 @pytest.mark.slow

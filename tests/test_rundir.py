@@ -31,6 +31,9 @@ OTHER = {
     "ramp_from": 1,
     "ramp_matches": 500,
     "warmup": "on",
+    "entropy_bonus": 0.01,
+    "w2_init_scale": 0.1,
+    "max_update_norm": 5.0,
 }
 BASE: dict[str, dict] = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 
@@ -98,6 +101,43 @@ def test_a_run_made_before_the_warm_up_existed_resumes_without_it(tmp_path):
     with pytest.raises(CheckpointError, match="warmup off"):
         open_run(tmp_path / "warm", {}, resume_from=old_checkpoint)
     assert open_run(tmp_path / "r", {}, resume_from=old_checkpoint).state.batch == 1  # fits a run without it
+
+
+@pytest.mark.parametrize(
+    ("name", "default", "other"),
+    [("entropy_bonus", 0.0, 0.01), ("w2_init_scale", 1.0, 0.1), ("max_update_norm", None, 5.0)],
+)
+def test_a_run_made_before_a_candidate_setting_existed_resumes_with_its_default(tmp_path, name, default, other):
+    """Its config.json and checkpoints lack the setting: it trained with 2016's maths,
+    goes on so, and its checkpoints do not fit a run that sets it."""
+    from pgpong.checkpoint import CheckpointError
+
+    new_run(tmp_path / "r")
+    path = tmp_path / "r" / "config.json"
+    data = json.loads(path.read_text())
+    assert data["config"].pop(name) == default
+    path.write_text(json.dumps(data))
+    again = open_run(tmp_path / "r", {})
+    assert again.resumed and getattr(again.config, name) == default
+    old = {k: v for k, v in TrainConfig(**SETTINGS).to_dict().items() if k != name}
+    weights = Params.initial(SETTINGS["hidden"], 0)
+    old_checkpoint = save_checkpoint(
+        TrainingState(weights=weights, cache=weights.zeros_like(), batch=1, info=old), tmp_path / "old"
+    )
+    new_run(tmp_path / "set", **{name: other})
+    with pytest.raises(CheckpointError, match=name.replace("_", "-")):
+        open_run(tmp_path / "set", {}, resume_from=old_checkpoint)
+    assert open_run(tmp_path / "r", {}, resume_from=old_checkpoint).state.batch == 1
+
+
+def test_w2_init_scale_scales_the_first_w2_and_nothing_else(tmp_path):
+    plain, small = new_run(tmp_path / "plain"), new_run(tmp_path / "small", w2_init_scale=0.1)
+    np.testing.assert_array_equal(small.state.weights.W1, plain.state.weights.W1)
+    np.testing.assert_allclose(small.state.weights.W2, plain.state.weights.W2 * 0.1, rtol=1e-6)
+    default = Params.initial(SETTINGS["hidden"], SETTINGS["seed"])
+    assert plain.state.weights.W2.tobytes() == default.W2.tobytes()  # scale 1: today's bits
+    again = open_run(tmp_path / "small", {})  # no checkpoint yet: it starts again from the scaled weights
+    assert again.resumed and again.state.weights.W2.tobytes() == small.state.weights.W2.tobytes()
 
 
 def test_default_run_dir_names_the_env_seed_and_time():

@@ -341,3 +341,51 @@ def test_a_run_killed_between_checkpoints_replays_the_batches_since_to_the_same_
     np.testing.assert_array_equal(resumed.weights.W1, one_go.weights.W1)
     np.testing.assert_array_equal(resumed.cache.W2, one_go.cache.W2)
     assert learning_columns(tmp_path / "r") == learning_columns(tmp_path / "one")
+
+
+@pytest.mark.parametrize("max_update_norm", [None, 0.5])
+def test_progress_has_the_diagnostic_columns_and_they_say_what_happened(tmp_path, max_update_norm):
+    """The norms against the checkpoints' weights; the played ones within their ranges;
+    a binding --max-update-norm makes every update that long."""
+    settings = {"max_update_norm": max_update_norm} if max_update_norm else {}
+    train(tmp_path / "r", workers=0, iterations=3, max_episode_steps=120, checkpoint_every=0, **settings)
+    rows = read_progress(tmp_path / "r" / "progress.csv")
+    states = [load_checkpoint(p) for p in list_checkpoints(tmp_path / "r" / "checkpoints")]
+    assert [s.batch for s in states] == [1, 2, 3]
+    for before, after, row in zip(states, states[1:], rows[1:], strict=False):
+        for name in ("W1", "W2"):
+            norm = np.linalg.norm(getattr(after.weights, name).astype(np.float64))
+            assert float(row[f"{name.lower()}_norm"]) == pytest.approx(norm, rel=1e-5)
+        moved = np.sqrt(
+            sum(
+                np.square(getattr(after.weights, n).astype(np.float64) - getattr(before.weights, n)).sum()
+                for n in ("W1", "W2")
+            )
+        )
+        assert float(row["update_norm"]) == pytest.approx(moved, rel=1e-3)
+    for row in rows:
+        assert 0.3 < float(row["entropy"]) <= np.log(2) + 1e-6
+        assert 0 < float(row["p_up"]) < 1 and 0 <= float(row["dead_units"]) <= 1
+        assert 0 < float(row["repeat_share"]) < 1 and 0 <= float(row["quick_loss_share"]) <= 1
+        if max_update_norm:
+            assert float(row["update_clip"]) < 1 and float(row["update_norm"]) == pytest.approx(0.5, rel=1e-4)
+        else:
+            assert float(row["update_clip"]) == 1 and float(row["update_norm"]) > 1
+
+
+def test_a_resumed_run_of_an_older_pgpong_gets_nan_in_the_new_columns(tmp_path):
+    import csv
+
+    train(tmp_path / "r", workers=0, iterations=2, max_episode_steps=60)
+    path = tmp_path / "r" / "progress.csv"
+    rows = read_progress(path)
+    old = list(rows[0])[: list(rows[0]).index("entropy")]  # the columns before the diagnostics
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, old, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    train(tmp_path / "r", workers=0, iterations=3, max_episode_steps=60)
+    again = read_progress(path)
+    assert [r["batch"] for r in again] == ["1", "2", "3"]
+    assert [r["entropy"] for r in again[:2]] == ["nan", "nan"] and float(again[2]["entropy"]) > 0
+    assert list(again[0]) == list(rows[0])  # the header has every column again

@@ -112,7 +112,7 @@ def _load_run(directory: Path, interrupted: bool) -> Run:
         policy = load_policy(directory)
         weights, checkpoint = policy.weights, Path(policy.source)
     else:
-        weights, checkpoint = Params.initial(config.hidden, config.seed), None
+        weights, checkpoint = Params.initial(config.hidden, config.seed, w2_scale=config.w2_init_scale), None
     rows = read_rows(directory / "progress.csv")
     return Run(directory, config.to_dict(), rows, weights, checkpoint, interrupted)
 
@@ -128,6 +128,9 @@ def train(
     ramp_matches: int | None = None,
     learning_rate: float | None = None,
     warmup: bool | str | None = None,
+    entropy_bonus: float | None = None,
+    w2_init_scale: float | None = None,
+    max_update_norm: float | None = None,
     gamma: float | None = None,
     decay_rate: float | None = None,
     seed: int | None = None,

@@ -30,6 +30,10 @@ from pgpong.schedule import (
 MAX_LEARNING_RATE = 1.0
 MAX_BATCH = 8192  # the most matches an exact sum of gradients holds (pool/sums.py: 2**13 x 2**50 < 2**63)
 MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 float64 is 210 MB)
+# A step's advantage-weighted signal is of order 1 (standardised returns times y - p),
+# dH/dlogit at most 0.224 in size: past a bonus of 10 the entropy is all that is learned.
+MAX_ENTROPY_BONUS = 10.0
+MAX_INIT_SCALE = 100.0
 
 
 class ConfigError(PgpongError, ValueError):
@@ -89,6 +93,24 @@ class TrainConfig:
         "1 - decay^t, held its full weight: each early step then moves a weight by about lr instead of up to "
         "lr / sqrt(1 - decay); off: lr throughout, as in 2016",
         metavar="on|off",
+    )
+    entropy_bonus: float = setting(
+        0.0,
+        "beta: add beta x dH/dlogit = -beta p (1 - p) logit to every step's advantage-weighted signal, the "
+        "gradient of beta x the policy's entropy H (nats), which pulls P(UP) back towards 0.5; 0: none, as in 2016",
+        metavar="BETA",
+    )
+    w2_init_scale: float = setting(
+        1.0,
+        "multiply the initial W2 (N(0,1)/sqrt(H)) by this, e.g. 0.1 for a first policy at P(UP) nearer 0.5 on "
+        "every input; 1: Xavier, as in 2016",
+        metavar="S",
+    )
+    max_update_norm: float | None = setting(
+        None,
+        "clip each RMSProp update (W1 and W2 together) to this L2 norm; RMSProp's cache is not changed by it",
+        metavar="NORM",
+        shown="no clipping",
     )
     gamma: float = setting(0.99, "discount factor for rewards", metavar="GAMMA")
     decay_rate: float = setting(
@@ -154,6 +176,18 @@ class TrainConfig:
             f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden}",
         )
         check(self.warmup in ("on", "off"), f"--warmup must be on or off, got {self.warmup!r}")
+        check(
+            is_number(self.entropy_bonus) and 0 <= self.entropy_bonus <= MAX_ENTROPY_BONUS,
+            f"--entropy-bonus must be in [0, {MAX_ENTROPY_BONUS:g}] (0: none), got {self.entropy_bonus}",
+        )
+        check(
+            is_number(self.w2_init_scale) and 0 < self.w2_init_scale <= MAX_INIT_SCALE,
+            f"--w2-init-scale must be in (0, {MAX_INIT_SCALE:g}] (1: Xavier), got {self.w2_init_scale}",
+        )
+        check(
+            self.max_update_norm is None or (is_number(self.max_update_norm) and self.max_update_norm > 0),
+            f"--max-update-norm must be positive (no flag: no clipping), got {self.max_update_norm}",
+        )
         check(is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
         check(
             is_number(self.decay_rate) and 0 <= self.decay_rate < 1,

@@ -33,11 +33,14 @@ class Params:
     W2: np.ndarray  # (H,)
 
     @classmethod
-    def initial(cls, hidden: int, seed: int, inputs: int = D) -> Params:
-        """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H)."""
+    def initial(cls, hidden: int, seed: int, inputs: int = D, w2_scale: float = 1.0) -> Params:
+        """Xavier initialisation: W1 ~ N(0,1)/sqrt(D), W2 ~ N(0,1)/sqrt(H), W2 then
+        times `w2_scale` (--w2-init-scale; at 1 the draws are untouched)."""
         rng = np.random.default_rng(np.random.SeedSequence([seed, INIT_STREAM]))
         W1 = rng.standard_normal((hidden, inputs)) / np.sqrt(inputs)
         W2 = rng.standard_normal(hidden) / np.sqrt(hidden)
+        if w2_scale != 1:
+            W2 = W2 * w2_scale  # in float64, before the cast: the same draws, only smaller
         return cls.of(W1, W2)
 
     @classmethod
@@ -127,7 +130,9 @@ class EpisodeGradient:
         return self.columns.nbytes + self.W1_columns.nbytes + self.W2.nbytes
 
 
-def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeGradient:
+def backward(
+    weights: Params, X: sp.csr_matrix, dlogits: np.ndarray, fired: np.ndarray | None = None
+) -> EpisodeGradient:
     """Gradient of sum_t dlogit_t * logit_t w.r.t. the weights, for inputs X (T, D).
 
     dlogits are the advantage-weighted (y_t - p_t) of docs/ALGORITHM.md section 4. The hidden
@@ -137,6 +142,9 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
     with the episode's length. The two sparse products are compiled and add up
     their terms in the order scipy.sparse does (x @ W1c, then x.T @ dh), so the
     gradient is the same to the bit as the plain scipy version's.
+
+    `fired`, if given (H booleans), is set where a hidden unit was active (h > 0) on
+    some step: a diagnostic read off the activations the pass computes anyway.
     """
     dlogits = dlogits.astype(weights.W1.dtype, copy=False)
     columns, compact = _touched(X.indices, X.shape[1])
@@ -147,6 +155,8 @@ def backward(weights: Params, X: sp.csr_matrix, dlogits: np.ndarray) -> EpisodeG
         stop = min(start + BACKWARD_STEPS, X.shape[0])
         g = dlogits[start:stop]
         hs = _hidden(X.indptr, compact, X.data, W1c, start, stop)  # (t, H)
+        if fired is not None:
+            fired |= (hs > 0).any(axis=0)
         dW2 += hs.T @ g
         dW1c += _input_gradient(X.indptr, compact, X.data, hs, g, weights.W2, start, len(columns))
     return EpisodeGradient(columns, dW1c.T, dW2)  # (H, n), Fortran order as a transposed view
@@ -206,19 +216,27 @@ def _touched(indices: np.ndarray, inputs: int) -> tuple[np.ndarray, np.ndarray]:
 class RMSProp:
     """cache <- decay*cache + (1-decay)*g^2;  W <- W + lr * g / (sqrt(cache) + eps).
 
-    Gradient *ascent*: the update adds the gradient of the expected reward.
+    Gradient *ascent*: the update adds the gradient of the expected reward. With
+    `max_update_norm` (--max-update-norm), the update of W1 and W2 together is scaled
+    down to that L2 norm when it is longer; the cache is unchanged by it. After a
+    step, `last_update_norm` and `last_clip` say how long the update was and what it
+    was multiplied by (diagnostics).
     """
 
     eps = 1e-5
 
-    def __init__(self, learning_rate: float, decay_rate: float, cache: Params):
+    def __init__(self, learning_rate: float, decay_rate: float, cache: Params, max_update_norm: float | None = None):
         self.learning_rate = learning_rate
         self.decay_rate = decay_rate
         self.cache = cache
+        self.max_update_norm = max_update_norm
+        self.last_update_norm = 0.0  # L2 norm of the last update, as added (after any clipping)
+        self.last_clip = 1.0  # what the last update was multiplied by (1: not clipped)
 
     def step(self, weights: Params, grad: Params) -> None:
+        updates = []
         for name in ("W1", "W2"):
-            w, g, c = getattr(weights, name), getattr(grad, name), getattr(self.cache, name)
+            g, c = getattr(grad, name), getattr(self.cache, name)
             scratch = np.empty_like(g)  # one temporary instead of five
             np.multiply(g, g, out=scratch)
             scratch *= 1 - self.decay_rate
@@ -228,7 +246,25 @@ class RMSProp:
             scratch += self.eps
             np.divide(g, scratch, out=scratch)
             scratch *= self.learning_rate
-            w += scratch  # W <- W + lr * g / (sqrt(cache) + eps)
+            updates.append(scratch)  # lr * g / (sqrt(cache) + eps)
+        norm = math.sqrt(sum(squared_norm(u) for u in updates))
+        self.last_clip = 1.0
+        if self.max_update_norm is not None and norm > self.max_update_norm:
+            self.last_clip = self.max_update_norm / norm
+            for update in updates:
+                update *= update.dtype.type(self.last_clip)
+            norm = math.sqrt(sum(squared_norm(u) for u in updates))
+        self.last_update_norm = norm
+        for name, update in zip(("W1", "W2"), updates, strict=True):
+            w = getattr(weights, name)
+            w += update  # W <- W + the update
+
+
+def squared_norm(array: np.ndarray) -> float:
+    """The sum of squares of an array's entries, in float64 with numpy's pairwise sum:
+    the same for any thread count (a BLAS dot product may not be)."""
+    flat = array.ravel(order="K")
+    return float(np.square(flat, dtype=np.float64).sum())
 
 
 def sigmoid(z: float) -> float:

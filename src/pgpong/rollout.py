@@ -42,6 +42,39 @@ class MatchResult:
     seconds: float
 
 
+# A point lost this soon after the one before (or the serve that starts the match) was
+# lost without the ball ever being returned: in ALE/Pong-v5 (4 frames a step) such
+# rallies take 35-39 agent steps, and a rally with one return takes 60 or more
+# (measured: 69 of 84 points lost by a new policy took 35-39 steps, none took 40-59).
+QUICK_LOSS_FRAMES = 200  # emulator frames: 50 agent steps at 4 frames per step
+
+
+@dataclass
+class Diagnostics:
+    """What an episode says about the policy that played it, beside its score: sums
+    over its steps, read off what playing and the backward pass compute anyway and
+    never used to learn. A batch's are its episodes' added in episode order (add), so
+    they are the same whoever played which match."""
+
+    steps: int = 0
+    entropy: float = 0.0  # the policy's entropy, in nats, summed over the steps
+    p_up: float = 0.0  # P(UP), summed over the steps
+    repeats: int = 0  # steps whose action was the step before's (a match's first step has none)
+    losses: int = 0  # points lost
+    quick_losses: int = 0  # of them, lost within QUICK_LOSS_FRAMES of the point before (never returned)
+    fired: np.ndarray | None = None  # (H,) bools: the hidden units active (h > 0) on some step
+
+    def add(self, other: Diagnostics) -> None:
+        self.steps += other.steps
+        self.entropy += other.entropy
+        self.p_up += other.p_up
+        self.repeats += other.repeats
+        self.losses += other.losses
+        self.quick_losses += other.quick_losses
+        if other.fired is not None:
+            self.fired = other.fired.copy() if self.fired is None else self.fired | other.fired
+
+
 @dataclass
 class EpisodeResult:
     episode: EpisodeId
@@ -51,15 +84,19 @@ class EpisodeResult:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per phase
     record_bytes: int = 0  # memory the episode's record used
+    diagnostics: Diagnostics | None = None
 
     def stats(self) -> EpisodeStats:
-        return EpisodeStats(self.episode, self.score, self.steps, self.seconds, self.timings, self.record_bytes)
+        return EpisodeStats(
+            self.episode, self.score, self.steps, self.seconds, self.timings, self.record_bytes, self.diagnostics
+        )
 
 
 @dataclass
 class EpisodeStats:
     """An episode without its gradient: what the driver keeps once the gradient is
-    in its chunk's sum (pool/sums.py)."""
+    in the batch's exact sum (pool/sums.py). On a cluster it reaches the driver in
+    the queue's reports."""
 
     episode: EpisodeId
     score: float
@@ -67,14 +104,15 @@ class EpisodeStats:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     record_bytes: int = 0
+    diagnostics: Diagnostics | None = None  # None: not measured (a simulated match)
 
 
 class EpisodeRecord:
     """What an episode keeps per step, in growable arrays: about 3 bytes per
-    non-zero input pixel plus 9 bytes, instead of 6400 floats.
+    non-zero input pixel plus 13 bytes, instead of 6400 floats.
 
     A step's input is written in place, at `indices[nnz:]` and `values[nnz:]`
-    (`make_room()` first), then added with its entry count and dlogit."""
+    (`make_room()` first), then added with its entry count, dlogit and logit."""
 
     def __init__(self, capacity: int = 1024):
         self.steps = 0
@@ -83,6 +121,7 @@ class EpisodeRecord:
         self.values = np.empty(capacity * 32, dtype=np.int8)
         self.indptr = np.zeros(capacity + 1, dtype=np.int32)
         self.dlogits = np.empty(capacity, dtype=np.float32)
+        self.logits = np.empty(capacity, dtype=np.float32)  # for the entropy: its bonus, its diagnostic
         self.rewards = np.empty(capacity, dtype=np.int8)
 
     def make_room(self) -> None:
@@ -90,16 +129,18 @@ class EpisodeRecord:
         if self.steps + 1 >= len(self.dlogits):
             self.indptr = _grown(self.indptr)
             self.dlogits = _grown(self.dlogits)
+            self.logits = _grown(self.logits)
             self.rewards = _grown(self.rewards)
         if self.nnz + D > len(self.indices):
             self.indices = _grown(self.indices, self.nnz + D)
             self.values = _grown(self.values, self.nnz + D)
 
-    def add(self, entries: int, dlogit: float) -> None:
-        """The step whose input is the `entries` written at nnz, and its dlogit."""
+    def add(self, entries: int, dlogit: float, logit: float) -> None:
+        """The step whose input is the `entries` written at nnz, its dlogit and logit."""
         t, end = self.steps, self.nnz + entries
         self.indptr[t + 1] = end
         self.dlogits[t] = dlogit
+        self.logits[t] = logit
         self.steps, self.nnz = t + 1, end
 
     def set_reward(self, reward: float) -> None:
@@ -109,16 +150,21 @@ class EpisodeRecord:
         """Bytes of the filled part: the per-step cost, without spare capacity."""
         t, n = self.steps, self.nnz
         return n * (self.indices.itemsize + self.values.itemsize) + t * (
-            self.indptr.itemsize + self.dlogits.itemsize + self.rewards.itemsize
+            self.indptr.itemsize + self.dlogits.itemsize + self.logits.itemsize + self.rewards.itemsize
         )
 
 
-def play_episode(env: SeededAtari, weights: Params, episode: EpisodeId, gamma: float) -> EpisodeResult:
-    """Play one match with the policy `weights` and return its policy gradient.
+def play_episode(
+    env: SeededAtari, weights: Params, episode: EpisodeId, gamma: float, entropy_bonus: float = 0.0
+) -> EpisodeResult:
+    """Play one match with the policy `weights` and return its policy gradient, and
+    what the match says about the policy (Diagnostics).
 
     After each step the environment hands its new screen and the previous one to
     _input_and_logit, which writes the network's next input straight into the
-    record and returns the network's logit for it: one compiled call a step."""
+    record and returns the network's logit for it: one compiled call a step.
+    `entropy_bonus` (beta, --entropy-bonus) adds beta * dH/dlogit to every step's
+    advantage-weighted signal (docs/ALGORITHM.md section 9); at 0 nothing is added."""
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
     record = EpisodeRecord()
@@ -128,16 +174,19 @@ def play_episode(env: SeededAtari, weights: Params, episode: EpisodeId, gamma: f
 
     t0 = perf_counter()
     (indices, values), _ = env.reset(seed=env_seed)  # the first input, with no previous frame, is all zeros
-    _, p_up = forward(weights, indices, values)
-    entries = 0
+    _, logit = sparse_forward(W1T, W2, indices, values)
+    p_up = sigmoid(float(logit))
+    entries, repeats, before = 0, 0, None
     t1 = perf_counter()
     reset, stepping = t1 - t0, 0.0
     while True:
         if drawn == len(uniforms):  # the same stream of draws, taken in blocks
             uniforms, drawn = rng.random(len(uniforms)), 0
-        up = uniforms[drawn] < p_up
+        up = bool(uniforms[drawn] < p_up)  # a Python bool: comparing numpy's is slow (2 us a step)
         drawn += 1
-        record.add(entries, (1.0 if up else 0.0) - p_up)  # grad of log p(action) w.r.t. logit
+        repeats += up == before
+        before = up
+        record.add(entries, (1.0 if up else 0.0) - p_up, logit)  # grad of log p(action) w.r.t. logit
         record.make_room()
         t0 = perf_counter()
         (entries, logit), reward, terminated, truncated = env.step_with(
@@ -152,9 +201,15 @@ def play_episode(env: SeededAtari, weights: Params, episode: EpisodeId, gamma: f
     t0 = perf_counter()
     steps = record.steps
     rewards = record.rewards[:steps]
+    logits = record.logits[:steps]
     advantages = standardise(discounted_returns(rewards, gamma))
+    signal = record.dlogits[:steps] * advantages
+    if entropy_bonus:
+        signal += entropy_bonus * entropy_gradient(logits)
     X = inputs_matrix(record.indices[: record.nnz], record.values[: record.nnz], record.indptr[: steps + 1])
-    grad = backward(weights, X, record.dlogits[:steps] * advantages)
+    fired = np.zeros(weights.hidden, dtype=bool)
+    grad = backward(weights, X, signal, fired=fired)
+    diagnostics = _diagnostics(logits, rewards, repeats, fired, env.frames_per_step())
     t1 = perf_counter()
     seconds = t1 - began
     observed = env.observe_seconds - observed_before
@@ -173,6 +228,47 @@ def play_episode(env: SeededAtari, weights: Params, episode: EpisodeId, gamma: f
         seconds=seconds,
         timings=timings,
         record_bytes=record.used_bytes(),
+        diagnostics=diagnostics,
+    )
+
+
+def entropy_gradient(logits: np.ndarray) -> np.ndarray:
+    """dH/dz of a Bernoulli policy's entropy H = -p ln p - (1-p) ln(1-p), p = sigmoid(z),
+    per step, in float64: dH/dp = -z and dp/dz = p (1 - p), so dH/dz = -p (1 - p) z."""
+    z = logits.astype(np.float64)
+    p = _sigmoids(z)
+    return -p * (1 - p) * z
+
+
+def entropies(logits: np.ndarray) -> np.ndarray:
+    """H = -p ln p - (1-p) ln(1-p) in nats per step, from the logits without overflow:
+    ln p = -softplus(-z), ln(1-p) = -softplus(z)."""
+    z = logits.astype(np.float64)
+    p = _sigmoids(z)
+    return p * np.logaddexp(0.0, -z) + (1 - p) * np.logaddexp(0.0, z)
+
+
+def _sigmoids(z: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(z))  # never overflows
+    return np.where(z >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _diagnostics(
+    logits: np.ndarray, rewards: np.ndarray, repeats: int, fired: np.ndarray, frames_per_step: float
+) -> Diagnostics:
+    """An episode's Diagnostics from its logits, rewards, repeated actions and fired units."""
+    points = np.flatnonzero(rewards)
+    rally = np.diff(points, prepend=-1)  # steps from the point before (or the match's start) to each point
+    lost = rewards[points] < 0
+    quick = rally * frames_per_step < QUICK_LOSS_FRAMES
+    return Diagnostics(
+        steps=len(logits),
+        entropy=float(entropies(logits).sum()),
+        p_up=float(_sigmoids(logits.astype(np.float64)).sum()),
+        repeats=repeats,
+        losses=int(lost.sum()),
+        quick_losses=int((lost & quick).sum()),
+        fired=fired,
     )
 
 

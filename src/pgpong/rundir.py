@@ -83,8 +83,8 @@ def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> R
         if directory.exists() and any(p.name != LOCK_NAME for p in directory.iterdir()):
             raise ConfigError(f"run directory {directory} is not empty and holds no pgpong run (no config.json)")
         config = TrainConfig(**given).validate()
-        state = TrainingState(weights=Params.initial(config.hidden, config.seed), cache=None)  # type: ignore[arg-type]
-        state.cache = state.weights.zeros_like()
+        weights = Params.initial(config.hidden, config.seed, w2_scale=config.w2_init_scale)
+        state = TrainingState(weights=weights, cache=weights.zeros_like())
         return Run(directory, config, state)
 
     saved = load_config(config_file)
@@ -123,8 +123,12 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
             continue
         return state, path, skipped
     # A run directory with no usable checkpoint starts again from the initial weights.
-    weights = Params.initial(run.config.hidden, run.config.seed)
+    weights = Params.initial(run.config.hidden, run.config.seed, w2_scale=run.config.w2_init_scale)
     return TrainingState(weights=weights, cache=weights.zeros_like()), None, skipped
+
+
+# What a checkpoint made before a setting existed trained with: 2016's maths.
+BEFORE_THEY_EXISTED = {"warmup": "off", "entropy_bonus": 0.0, "w2_init_scale": 1.0, "max_update_norm": None}
 
 
 def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
@@ -133,7 +137,7 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
         raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
     recorded = {k: v for k, v in state.info.items() if k in config.to_dict()}
     if recorded:
-        recorded = {"warmup": "off", **recorded}  # made before --warmup existed: trained without it
+        recorded = {**BEFORE_THEY_EXISTED, **recorded}
     try:
         theirs = dataclasses.replace(config, **recorded)
     except TypeError:

@@ -6,6 +6,7 @@ training code."""
 from __future__ import annotations
 
 import csv
+import math
 import os
 import sys
 import time
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+NAN = math.nan
 
 
 class Totals(Protocol):
@@ -42,6 +45,16 @@ class BatchRow:
     workers: int
     workers_replaced: int  # workers replaced after a crash during this batch
     barrier_s: float = 0.0  # mean seconds a worker sat idle waiting for the batch's slowest episode
+    # Diagnostics (never used to learn; nan where not measured, e.g. in rows of older runs):
+    entropy: float = NAN  # the policy's entropy, nats, mean over the batch's steps (ln 2 = 0.693 at P(UP) 0.5)
+    p_up: float = NAN  # P(UP), mean over the batch's steps
+    dead_units: float = NAN  # share of hidden units not active (h > 0) on any step of the batch
+    w1_norm: float = NAN  # L2 norm of W1 after the batch's update
+    w2_norm: float = NAN  # L2 norm of W2 after it
+    update_norm: float = NAN  # L2 norm of the update (W1 and W2 together), as made (after any clipping)
+    update_clip: float = NAN  # what --max-update-norm multiplied the update by (1: not clipped)
+    repeat_share: float = NAN  # share of steps whose action was the step before's
+    quick_loss_share: float = NAN  # share of the points lost within 200 emulator frames (never returned)
 
     @classmethod
     def of_batch(
@@ -53,9 +66,11 @@ class BatchRow:
         workers: int,
         workers_replaced: int,
         barrier_s: float,
+        diagnostics: dict[str, float] | None = None,
     ) -> BatchRow:
         """The row of a batch that played episodes with `scores` and `lengths`, after
-        which the run stands at `totals`."""
+        which the run stands at `totals`; `diagnostics` gives the columns from
+        `entropy` on (those it leaves out stay nan)."""
         return cls(
             batch=totals.batch,
             episodes=totals.episodes,
@@ -72,6 +87,7 @@ class BatchRow:
             workers=workers,
             workers_replaced=workers_replaced,
             barrier_s=barrier_s,
+            **(diagnostics or {}),
         )
 
     def console_line(self) -> str:
@@ -86,6 +102,7 @@ class BatchRow:
 
 
 COLUMNS = [f.name for f in fields(BatchRow)]
+DIAGNOSTICS = COLUMNS[COLUMNS.index("entropy") :]  # progress.csv's last columns, TensorBoard's diagnostics/
 
 
 class Output(Protocol):
@@ -128,7 +145,9 @@ class ProgressCsv(_Quiet):
         rows = [r for r in read_progress(self.path) if (b := _batch_of(r)) is not None and b <= last_batch]
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+            # A run made before a column existed gets "nan" there: its header is
+            # rewritten here, before this pgpong appends rows with every column.
+            writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore", restval="nan")
             writer.writeheader()
             writer.writerows(rows)
         os.replace(tmp, self.path)
@@ -177,6 +196,9 @@ class TensorBoard(_Quiet):
         add("charts/SPS", row.steps_per_s, step)
         add("charts/episodes", row.episodes, step)
         add("time/batch_s", row.batch_s, step)
+        for name in DIAGNOSTICS:
+            if not math.isnan(value := getattr(row, name)):  # nan: not measured (a simulated batch)
+                add(f"diagnostics/{name}", value, step)
         for name, seconds in sorted(phases.items()):
             add(f"time/{name.replace(' ', '_')}_s", seconds, step)
         self.writer.flush()

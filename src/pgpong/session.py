@@ -93,8 +93,8 @@ class TrainingSession:
                     trainer.log.say(f"pgpong: skipped a bad checkpoint: {message}")
                 trainer.log.say(
                     f"pgpong: {start_line(run)} in {run.directory}: {config.env_id}, "
-                    f"{schedule.batch_settings(config, run.resumed, run.state.episodes, run.state.batch)}, "
-                    f"on {where(pool)}"
+                    f"{schedule.batch_settings(config, run.resumed, run.state.episodes, run.state.batch)}"
+                    f"{candidate_settings(config)}, on {where(pool)}"
                 )
                 warning = None if run.state.batch else schedule.first_step_warning(config)
                 if warning:
@@ -127,9 +127,23 @@ def start_line(run: Run) -> str:
     return "resuming from the start (no checkpoint yet)" if run.resumed else "new run"
 
 
+def candidate_settings(config: TrainConfig) -> str:
+    """'; entropy bonus 0.01; W2 initialised x0.1; updates clipped to norm 5' for the
+    candidate settings that change 2016's maths (docs/ALGORITHM.md section 9); ''
+    when none does."""
+    parts = []
+    if config.entropy_bonus:
+        parts.append(f"entropy bonus {config.entropy_bonus:g}")
+    if config.w2_init_scale != 1:
+        parts.append(f"W2 initialised x{config.w2_init_scale:g}")
+    if config.max_update_norm is not None:
+        parts.append(f"updates clipped to norm {config.max_update_norm:g}")
+    return "".join(f"; {part}" for part in parts)
+
+
 def worker_settings(config: TrainConfig) -> WorkerSettings:
     """What the run's rollout workers are built from."""
-    return WorkerSettings(config.env_id, config.max_episode_steps, config.gamma)
+    return WorkerSettings(config.env_id, config.max_episode_steps, config.gamma, config.entropy_bonus)
 
 
 @contextmanager

@@ -5,6 +5,7 @@ opened by rundir.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 import signal
 import threading
@@ -18,9 +19,9 @@ import numpy as np
 from pgpong import schedule
 from pgpong.checkpoint import TrainingState, save_checkpoint
 from pgpong.errors import PgpongError
-from pgpong.policy import Params, RMSProp
+from pgpong.policy import Params, RMSProp, squared_norm
 from pgpong.pool import Pool
-from pgpong.rollout import EpisodeId, EpisodeStats
+from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
 
@@ -49,7 +50,7 @@ class Trainer:
         self.log = log
         self.state = run.state
         self.state.info = config.to_dict()  # every checkpoint says what made it
-        self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache)
+        self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache, config.max_update_norm)
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_end: float | None = None  # wall time counts the gaps between batches too
@@ -84,6 +85,7 @@ class Trainer:
         lengths: list[int] = []
         durations: list[float] = []
         worker_time: Counter[str] = Counter()
+        diagnostics = Diagnostics()
         self.log.begin_batch(state.batch + 1, len(episodes), state.running_reward)
 
         def finished(result: EpisodeStats) -> None:  # every episode, in episode order
@@ -91,6 +93,8 @@ class Trainer:
             scores.append(result.score)
             lengths.append(result.steps)
             worker_time.update(result.timings, record_bytes=result.record_bytes)
+            if result.diagnostics is not None:
+                diagnostics.add(result.diagnostics)
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
@@ -119,6 +123,7 @@ class Trainer:
                 workers=pool.num_workers,
                 workers_replaced=measured.replaced,
                 barrier_s=measured.barrier_s or 0.0,
+                diagnostics=self._diagnostic_columns(diagnostics),
             )
             if time.monotonic() - self._checkpointed[1] >= cfg.checkpoint_every:
                 with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
@@ -131,6 +136,26 @@ class Trainer:
                 raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
         self._last_end = time.monotonic()
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
+
+    def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:
+        """The row's diagnostics: the batch's episodes' (added in episode order) and
+        the norms of the weights and of the update after the step (a few ms)."""
+        weights = self.state.weights
+        columns = {
+            "w1_norm": math.sqrt(squared_norm(weights.W1)),
+            "w2_norm": math.sqrt(squared_norm(weights.W2)),
+            "update_norm": self.optimizer.last_update_norm,
+            "update_clip": self.optimizer.last_clip,
+        }
+        if played.steps:  # pools that play no real matches (bench's simulation) measure none
+            columns["entropy"] = played.entropy / played.steps
+            columns["p_up"] = played.p_up / played.steps
+            columns["repeat_share"] = played.repeats / played.steps
+        if played.fired is not None:
+            columns["dead_units"] = 1 - float(played.fired.mean())
+        if played.losses:
+            columns["quick_loss_share"] = played.quick_losses / played.losses
+        return columns
 
     def checkpoint(self) -> None:
         """Write the state as it is now (a snapshot) in the background, unless its

@@ -16,11 +16,13 @@ from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """What every rollout worker is built from: the game and how episodes are scored."""
+    """What every rollout worker is built from: the game, and how episodes are scored
+    and turned into gradients."""
 
     env_id: str = "ALE/Pong-v5"
     max_episode_steps: int | None = None  # None: full matches
     gamma: float = 0.99
+    entropy_bonus: float = 0.0  # --entropy-bonus: beta x dH/dlogit added to every step's signal
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,8 @@ class RolloutWorker:
         """Play the match; its stats and its gradient in fixed point, ready to be summed."""
         if self._hook:
             self._hook("play", episode)
-        result = play_episode(self.env, self._weights(weights), episode, self.settings.gamma)
+        settings = self.settings
+        result = play_episode(self.env, self._weights(weights), episode, settings.gamma, settings.entropy_bonus)
         return Played(result.stats(), IntegerGradient.of(result.grad))
 
     def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId, greedy: bool) -> MatchResult:
