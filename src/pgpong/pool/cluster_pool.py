@@ -1,7 +1,7 @@
 """The pool for a cluster of several nodes (or many workers): a leader on each node,
 matches pulled from one queue, sums that meet before the driver.
 
-Each node has a leader (an actor with no CPU of its own; one per 20 workers) that
+Each node has a leader (an actor with no CPU of its own; one per 32 workers) that
 starts the node's workers and plays matches on them (a RayPool, with everything it
 does about dead and stuck workers). The leaders take the batch's matches from one
 queue (queue.py) as their workers free up, so no worker anywhere idles while a match
@@ -51,7 +51,7 @@ POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and once a
 # A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
 # a node with more workers gets several leaders, so that a batch's first matches all
 # start within a few milliseconds.
-LEADER_WORKERS = 20
+LEADER_WORKERS = 32
 
 
 @dataclass
@@ -161,7 +161,7 @@ class Reducer:
 
 
 class ClusterPool:
-    """A leader per node of the cluster (per 20 of its workers), each with its share of the workers."""
+    """A leader per node of the cluster (per 32 of its workers), each with its share of the workers."""
 
     def __init__(
         self, settings: WorkerSettings, num_workers: int, kind: WorkerKind | None = None, limits: Limits | None = None

@@ -57,8 +57,8 @@ class Crew:
         self._failures = 0  # deaths since the last episode that finished
         self.ready: list = []  # running workers
         self.starting: dict = {}  # pid() ref -> the workers of a process still starting
-        for _ in range(-(-size // kind.per_process)):
-            self._start_actor()
+        for start in range(0, size, kind.per_process):  # the last process may stand in for fewer
+            self._start_actor(min(kind.per_process, size - start))
         # Wait for every worker, but once one runs, only a little longer for the rest:
         # those that cannot be placed yet join the batches when they start.
         deadline = time.monotonic() + limits.start_s
@@ -71,10 +71,13 @@ class Crew:
             if self.ready:
                 deadline = min(deadline, time.monotonic() + limits.start_grace_s)
 
-    def _start_actor(self) -> None:
-        kind = self.kind
-        actor = self._actor_class.remote(self._settings, *kind.args)
-        workers = [actor] if kind.per_process == 1 else [Slot(actor, i) for i in range(kind.per_process)]
+    def _start_actor(self, slots: int) -> None:
+        """A process for `slots` workers (one, unless bench simulates several in one)."""
+        kind, actor_class = self.kind, self._actor_class
+        if slots != kind.per_process:
+            actor_class = actor_class.options(num_cpus=slots, max_concurrency=slots * LOOKAHEAD + 4)
+        actor = actor_class.remote(self._settings, *kind.args)
+        workers = [actor] if kind.per_process == 1 else [Slot(actor, i) for i in range(slots)]
         self.starting[cast(Any, workers[0]).pid.remote()] = workers
 
     def poll_starting(self, timeout: float) -> list:
@@ -88,7 +91,7 @@ class Crew:
                 self._ray.get(ref)
             except self._ray.exceptions.RayError as exc:
                 self.failed(exc, "a rollout worker could not start")
-                self._start_actor()
+                self._start_actor(len(workers))
             else:
                 self.ready.extend(workers)
                 started.extend(workers)
@@ -108,7 +111,7 @@ class Crew:
         gone = [worker for worker in self.ready if process_of(worker) == process] or [dead]
         self.ready = [worker for worker in self.ready if process_of(worker) != process]
         self._ray.kill(process, no_restart=True)
-        self._start_actor()
+        self._start_actor(len(gone))
         self.replaced += len(gone)
         return gone
 
