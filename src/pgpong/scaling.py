@@ -341,7 +341,8 @@ def main() -> None:
         print(
             f"| {batch:,} | {nodes}x{cpus} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
             f" | {p['best_whole_matches_s']:.2f} s | {p['pgpong_schedule_s']:.2f} s | {p['efficiency']:.2f}"
-            f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms | {p['bytes_into_driver'] / 2**20:,.1f} MB |"
+            f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms"
+            f" | {p['bytes_into_driver'] / 2**20:,.1f} MB |"
         )
 
 
