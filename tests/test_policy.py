@@ -38,21 +38,24 @@ def test_backward_matches_finite_differences(chunk, monkeypatch):
     weights, X, up, adv = small_episode(rng)
     ps = np.array([forward_dense(weights, x)[1] for x in X.toarray()])
     grad = backward(weights, X, adv * (up.astype(float) - ps)).dense(inputs=12)
+    assert_gradient_of(lambda w: objective(w, X, up, adv), weights, grad)
+    assert np.abs(grad.W1).sum() > 0
 
-    eps = 1e-6
+
+def assert_gradient_of(f, weights, grad, eps=1e-6):
+    """`grad` is the gradient of f at `weights`, by central finite differences (float64)."""
     for name in ("W1", "W2"):
         w = getattr(weights, name)
         numeric = np.zeros_like(w)
         for i in np.ndindex(w.shape):
             old = w[i]
             w[i] = old + eps
-            plus = objective(weights, X, up, adv)
+            plus = f(weights)
             w[i] = old - eps
-            minus = objective(weights, X, up, adv)
+            minus = f(weights)
             w[i] = old
             numeric[i] = (plus - minus) / (2 * eps)
         np.testing.assert_allclose(getattr(grad, name), numeric, rtol=1e-5, atol=1e-8)
-    assert np.abs(grad.W1).sum() > 0
 
 
 def test_backward_keeps_exactly_the_touched_pixels_in_order():
@@ -216,19 +219,7 @@ def test_an_entropy_bonus_adds_beta_times_the_entropys_gradient(monkeypatch):
     ps = 1 / (1 + np.exp(-z))
     signal = adv * (up.astype(float) - ps) + beta * entropy_gradient(z)
     grad = backward(weights, X, signal).dense(inputs=12)
-    eps = 1e-6
-    for name in ("W1", "W2"):
-        w = getattr(weights, name)
-        numeric = np.zeros_like(w)
-        for i in np.ndindex(w.shape):
-            old = w[i]
-            w[i] = old + eps
-            plus = bonus_objective(weights)
-            w[i] = old - eps
-            minus = bonus_objective(weights)
-            w[i] = old
-            numeric[i] = (plus - minus) / (2 * eps)
-        np.testing.assert_allclose(getattr(grad, name), numeric, rtol=1e-5, atol=1e-8)
+    assert_gradient_of(bonus_objective, weights, grad)
     without = backward(weights, X, adv * (up.astype(float) - ps)).dense(inputs=12)
     assert not np.allclose(without.W2, grad.W2)  # the bonus changed something
 
