@@ -6,7 +6,7 @@ CPUS CPUs per node. Its rollout workers do not emulate: each match lasts as long
 a real match of its length would at the per-core speed measured here, and returns a
 real gradient: both taken from a bank of real matches played first, on this
 machine, with their real lengths and sparsity. Everything else is real: the driver
-and the trainer, Ray's tasks and transfers, the leaders and their chunk sums, the
+and the trainer, Ray's tasks and transfers, the leaders and their node sums, the
 checkpoints. One process stands in for up to 32 workers of a node (198 worker
 processes would not fit in memory): it holds their CPUs and plays one match per
 worker at a time, so the driver receives what it would from that many workers.

@@ -94,10 +94,8 @@ class NodeLeader:
         feed = QueueFeed(queue, batch, node)
         for position, result in self.pool.run(method, published, deque(), *args, measures=measures, feed=feed):
             if isinstance(result, Played):
-                began = time.perf_counter()
                 total = total or ExactSum(len(result.grad.W2))
                 total.add(result.grad)
-                measures.add_seconds(SUMMING, time.perf_counter() - began)
                 summed.append(position)
                 result = result.stats
             finished.append((position, result))
@@ -105,6 +103,8 @@ class NodeLeader:
                 queue.report.remote(batch, node, finished)
                 finished, last = [], time.monotonic()
         ray.get(queue.report.remote(batch, node, finished))  # in the queue before the driver hears we are done
+        if total is not None:
+            measures.add_seconds(SUMMING, total.seconds)
         done = NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
         if total is not None:
             began = time.perf_counter()

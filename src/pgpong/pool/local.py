@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 from threadpoolctl import threadpool_limits
@@ -31,13 +30,10 @@ class LocalPool:
         total = ExactSum(weights.hidden)
         for episode in episodes:
             played = self.worker.play(weights, episode)
-            began = time.perf_counter()
             total.add(played.grad)
-            measures.add_seconds(SUMMING, time.perf_counter() - began)
             finished(played.stats)
-        began = time.perf_counter()
         grad = total.to_params()
-        measures.add_seconds(SUMMING, time.perf_counter() - began)
+        measures.add_seconds(SUMMING, total.seconds)
         return BatchResult(grad, measures)
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:

@@ -71,9 +71,6 @@ class WorkQueue:
         self.todo.extendleft(reversed(lost))
         return len(lost)
 
-    def left(self) -> int:
-        return len(self.todo)
-
     def handed_out(self) -> int:
         return self.handed
 

@@ -174,13 +174,10 @@ class RayPool:
         measures.add_seconds("publish weights", seconds)
         replaced, total, in_order = self.replaced, ExactSum(weights.hidden), InOrder(finished)
         for position, played in self.run("play", published, deque(enumerate(episodes)), measures=measures):
-            began = time.perf_counter()
             total.add(played.grad)
-            measures.add_seconds(SUMMING, time.perf_counter() - began)
             in_order.add(position, played.stats)
-        began = time.perf_counter()
         grad = total.to_params()
-        measures.add_seconds(SUMMING, time.perf_counter() - began)
+        measures.add_seconds(SUMMING, total.seconds)
         measures.replaced = self.replaced - replaced
         return BatchResult(grad, measures)
 

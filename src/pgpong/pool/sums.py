@@ -22,6 +22,7 @@ smaller value moves its weight by less than lr x 1e-6).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,8 +87,14 @@ class ExactSum:
         self.touched = np.zeros(D, dtype=bool)
         self.matches = 0
         self.too_large = False
+        self.seconds = 0.0  # spent adding and turning the sum into floats
 
     def add(self, grad: IntegerGradient) -> None:
+        began = time.perf_counter()
+        self._add(grad)
+        self.seconds += time.perf_counter() - began
+
+    def _add(self, grad: IntegerGradient) -> None:
         if grad.too_large:
             self.too_large = True
         else:
@@ -106,7 +113,10 @@ class ExactSum:
     def to_params(self, dtype: type = np.float32) -> Params:
         """The sum as weights-shaped float32 arrays (W1 in Fortran order); NaN if it is
         too large to be exact."""
-        return self.compact().to_float(dtype).dense()
+        began = time.perf_counter()
+        params = self.compact().to_float(dtype).dense()
+        self.seconds += time.perf_counter() - began
+        return params
 
 
 @dataclass
