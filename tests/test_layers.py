@@ -33,6 +33,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("evaluate", []),
     ("record", []),
     ("trainer", []),
+    ("pace", []),
     ("rundir", []),
     ("checkpoint", []),
     ("runlog", []),

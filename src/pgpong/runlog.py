@@ -303,6 +303,7 @@ class LiveProgress(_Quiet):
         self.batch = self.size = self.finished = self.steps = 0
         self.running: float | None = None
         self.began = time.monotonic()
+        self.tag = ""  # a standing remark at the line's end (pace.live_tag)
 
     def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None:
         self.batch, self.size, self.finished, self.steps = batch, episodes, 0, 0
@@ -324,7 +325,7 @@ class LiveProgress(_Quiet):
         running = "-" if self.running is None else f"{self.running:.2f}"
         return (
             f"batch {self.batch:5d} | {self.finished}/{self.size} episodes | "
-            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}"
+            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}{self.tag}"
         )
 
 
@@ -364,6 +365,13 @@ class RunLog:
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
+
+    def note(self, message: str, tag: str) -> None:
+        """Say `message` once, and keep `tag` on the live line from now on."""
+        self.say(message)
+        for output in self.outputs:
+            if isinstance(output, LiveProgress):
+                output.tag = tag
 
     def close(self) -> None:
         for output in self.outputs:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from pgpong import schedule
+from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, save_checkpoint
 from pgpong.errors import PgpongError
 from pgpong.policy import Params, RMSProp, squared_norm
@@ -130,6 +130,9 @@ class Trainer:
                     self.checkpoint()
             phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
             self.log.show(row, phases)
+            note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
+            if note:
+                self.log.note(note, pace.live_tag(note))
             try:
                 self.log.record(row, phases)
             except OSError as exc:

@@ -1,0 +1,54 @@
+"""An early sign of a slow run, from measured runs (docs/LEARNING.md, "Fast and slow
+seeds"): a pure function of a run's settings and its progress, which the trainer asks
+after every batch and shows, once, as a note. It never stops a run.
+
+Measured on ALE/Pong-v5 at batch 10 (the default's, and its variants with another
+learning rate or the warm-up): after 2M env steps every run that reached running
+reward 0 within 7M env steps stood at -6.1 or better, and every run that did not stood
+at -9.8 or worse. The line between is drawn at -8.
+"""
+
+from __future__ import annotations
+
+from pgpong.config import TrainConfig
+
+SIGN_ENV_ID = "ALE/Pong-v5"
+SIGN_BATCH_SIZE = 10  # the batch the sign was measured at
+SIGN_ENV_STEPS = 2_000_000  # when it is read
+SIGN_RUNNING_REWARD = -8.0  # below this then: the slow path
+# What the measured runs did, for the note (docs/LEARNING.md's table of batch-10 runs).
+FAST_TO_ZERO = "2.1M-4.4M"  # the runs above the line: env steps to running reward 0
+SLOW_TO_ZERO = "more than 7M (the one followed further: 8.7M)"  # the runs below it
+
+
+def measured(config: TrainConfig) -> bool:
+    """Whether the sign was measured for runs like this one: Pong-v5's full matches,
+    batch 10 without a ramp, 200 hidden units, no entropy bonus."""
+    return (
+        config.env_id == SIGN_ENV_ID
+        and config.batch_size == SIGN_BATCH_SIZE
+        and config.ramp_from is None
+        and config.max_episode_steps is None
+        and config.hidden == 200
+        and config.entropy_bonus == 0
+    )
+
+
+def slow_run_note(config: TrainConfig, steps_before: int, steps_after: int, running_reward: float | None) -> str | None:
+    """The note to show when a batch took the run past SIGN_ENV_STEPS below the line;
+    None otherwise (another batch, a run above the line, or settings never measured)."""
+    if not measured(config) or running_reward is None or not steps_before < SIGN_ENV_STEPS <= steps_after:
+        return None
+    if running_reward >= SIGN_RUNNING_REWARD:
+        return None
+    return (
+        f"pgpong: note: running reward {running_reward:.1f} after {steps_after / 1e6:.1f}M env steps: this run looks "
+        f"slow. Measured batch-10 runs below {SIGN_RUNNING_REWARD:g} at this point took {SLOW_TO_ZERO} env steps "
+        f"to reach running reward 0, those above it {FAST_TO_ZERO}; training goes on "
+        "(docs/LEARNING.md, 'Fast and slow seeds')"
+    )
+
+
+def live_tag(note: str | None) -> str:
+    """What the live line adds once the note was shown."""
+    return " | slow start: see the note above" if note else ""
