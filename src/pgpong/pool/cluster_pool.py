@@ -288,8 +288,7 @@ class ClusterPool:
         except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
             raise PoolError(failure_reason(exc)) from None
         except ray.exceptions.RayError as exc:  # the leader or its node is lost
-            self._lost(leader, method, exc)
-            return []
+            return self._lost(leader, method, exc)  # what its sum brought in before
         ends[leader] = (time.perf_counter(), done.barrier_s)
         self._replaced[leader] = done.replaced
         for phase, seconds in done.seconds.items():
@@ -302,8 +301,11 @@ class ClusterPool:
     def _call(self, leader: Any, method: str, published: PublishedWeights, number: int, *args: Any) -> Any:
         return leader.run.remote(method, published, self._queue, self._reducer, self._batch, number, *args)
 
-    def _lost(self, leader: Any, method: str, exc: BaseException) -> None:
+    def _lost(self, leader: Any, method: str, exc: BaseException) -> list[int]:
+        """Close a lost leader: its matches not in the sum go back to the queue; the
+        positions its sums brought into the reducer before (they stay)."""
         ray, stall_s = self._ray, self._limits.stall_s
+        keep: list[int] | None = None
         if leader in self._leaders:
             number = self._names.pop(leader)
             keep = (
@@ -316,6 +318,7 @@ class ClusterPool:
             ray.kill(leader, no_restart=True)
         if not self._leaders:
             raise PoolError(f"every node's leader is lost: {failure_reason(exc)}")
+        return keep or []
 
     def _tell_queue_the_workers(self) -> None:
         queue: Any = self._queue
