@@ -5,6 +5,7 @@ the report and the picture come from the run directories alone."""
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,8 @@ def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_
         )
         mine = load_checkpoint(list_checkpoints(d / "checkpoints")[-1])
         assert mine.batch == MATCHES // 2
+        made = json.loads((d / "config.json").read_text())
+        assert made["study"] == "lrs" and made["command"].endswith(shlex.join(command)), made["command"]
         np.testing.assert_array_equal(mine.weights.W1, alone.weights.W1)
         np.testing.assert_array_equal(mine.weights.W2, alone.weights.W2)
         assert mine.running_reward == alone.running_reward

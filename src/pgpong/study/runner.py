@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +73,11 @@ class Totals:
         )
 
 
+def _made_by(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a trial's config.json says made it: the study, and the study's command."""
+    return {"study": spec["study"], "command": spec.get("command", "pgpong study " + spec["study"])}
+
+
 def train_trial(config: dict[str, Any]) -> None:
     """A Tune trial: train one run directory until its stop, reporting every batch."""
     from pgpong.pool.local import LocalPool
@@ -89,7 +96,7 @@ def train_trial(config: dict[str, Any]) -> None:
         pool = LocalPool(worker_settings(cfg)) if not cfg.workers else RayPool(worker_settings(cfg), cfg.workers)
         with (
             open(os.devnull, "w") as quiet,
-            open_trainer(run, pool, {**run_info(None), "study": spec["study"]}, quiet) as trainer,
+            open_trainer(run, pool, {**run_info(None), **_made_by(spec)}, quiet) as trainer,
         ):
             trainer.train(
                 stop=lambda s: stops.reached(s.running_reward, s.env_steps, s.episodes, s.wall_s),
@@ -324,7 +331,13 @@ def _fit(study: Study, todo: list[Trial], events: Events) -> None:
     logging.getLogger("ray.train").setLevel(logging.ERROR)
     stops = dataclasses.asdict(study.stops)
     specs = [
-        {"directory": str(t.directory.resolve()), "settings": t.settings, "stops": stops, "study": study.name}
+        {
+            "directory": str(t.directory.resolve()),
+            "settings": t.settings,
+            "stops": stops,
+            "study": study.name,
+            "command": shlex.join(sys.argv),  # the study's, for config.json: a trial's own process is Ray's
+        }
         for t in todo
     ]
     workers = study.workers_per_trial
