@@ -18,7 +18,7 @@ AT = pace.SIGN_ENV_STEPS
 def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at():
     default = TrainConfig()
     note = pace.slow_run_note(default, AT - 5_000, AT + 300, -10.4)
-    assert note is not None and "-10.4 after 2.0M env steps" in note and "docs/LEARNING.md" in note
+    assert note is not None and "-10.4 after 2.0M env steps" in note and "docs/LEARNING.md" in note and len(note) < 200
     assert pace.slow_run_note(default, AT - 5_000, AT + 300, -6.1) is None  # above the line: a fast run's
     assert pace.slow_run_note(default, AT + 300, AT + 5_000, -10.4) is None  # once: the batch that crosses 2M
     assert pace.slow_run_note(default, AT - 9_000, AT - 300, -10.4) is None  # not yet

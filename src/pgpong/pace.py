@@ -18,7 +18,7 @@ SIGN_ENV_STEPS = 2_000_000  # when it is read
 SIGN_RUNNING_REWARD = -8.0  # below this then: the slow path
 # What the measured runs did, for the note (docs/LEARNING.md's table of batch-10 runs).
 FAST_TO_ZERO = "2.1M-4.4M"  # the runs above the line: env steps to running reward 0
-SLOW_TO_ZERO = "more than 7M (the one followed further: 8.7M)"  # the runs below it
+SLOW_TO_ZERO = "over 7M"  # the runs below it (the one followed further: 8.7M)
 
 
 def measured(config: TrainConfig) -> bool:
@@ -42,10 +42,9 @@ def slow_run_note(config: TrainConfig, steps_before: int, steps_after: int, runn
     if running_reward >= SIGN_RUNNING_REWARD:
         return None
     return (
-        f"pgpong: note: running reward {running_reward:.1f} after {steps_after / 1e6:.1f}M env steps: this run looks "
-        f"slow. Measured batch-10 runs below {SIGN_RUNNING_REWARD:g} at this point took {SLOW_TO_ZERO} env steps "
-        f"to reach running reward 0, those above it {FAST_TO_ZERO}; training goes on "
-        "(docs/LEARNING.md, 'Fast and slow seeds')"
+        f"pgpong: note: running reward {running_reward:.1f} after {steps_after / 1e6:.1f}M env steps looks slow: "
+        f"measured runs below {SIGN_RUNNING_REWARD:g} here took {SLOW_TO_ZERO} env steps to reach 0, the others "
+        f"{FAST_TO_ZERO} (docs/LEARNING.md). Training goes on."
     )
 
 
