@@ -46,3 +46,22 @@ def best_whole_matches(durations: list[float], workers: int) -> float:
 def lower_bound(durations: list[float], workers: int) -> float:
     """No schedule can be faster: the longest match, or all the work shared evenly."""
     return max(max(durations), sum(durations) / workers)
+
+
+def pipelined(batches: list[list[float]], workers: int, pause: float, step: float, lag: int) -> list[float]:
+    """When each batch's update is done, if batch k may start once update k - 1 - lag
+    is (lag 0: after the update before it, as pgpong trains; lag 1: with the weights
+    from before the last update, so two batches overlap). The matches go in order,
+    batch by batch, each to the first free worker (a worker waits `pause` after each
+    match); an update takes `step` after its batch's last match."""
+    free = [0.0] * workers
+    done: list[float] = []
+    for k, durations in enumerate(batches):
+        release = done[k - 1 - lag] if k - 1 - lag >= 0 else 0.0
+        last = release
+        for duration in durations:
+            end = max(heapq.heappop(free), release) + duration + pause
+            heapq.heappush(free, end)
+            last = max(last, end)
+        done.append(last + step)
+    return done

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.placement import best_whole_matches, first_free, lower_bound
+from pgpong.placement import best_whole_matches, first_free, lower_bound, pipelined
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
 # --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
@@ -135,6 +135,33 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         "of_best_whole_matches": seconds / best,
         "driver_cpu_ms": driver_ms,
         "bytes_into_driver": c.sum_bytes,
+    }
+
+
+def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batches: int = 40) -> dict[str, float]:
+    """Seconds per update in a steady run of `batches` updates (the first quarter
+    left out) when batch k may start once update k - 1 - lag is done; lag 0 gives
+    predict()'s figure, lag 1 what `--lag 1` (not built) would give. Against one
+    batch's work shared evenly over the workers (with batches overlapping, the
+    longest match no longer bounds an update) and its best whole-match schedule."""
+    rng = np.random.default_rng(0)
+    workers = nodes * cpus
+    pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
+    step = c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
+    drawn = [list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core) for _ in range(batches)]
+    done = pipelined(drawn, workers, pause, step, lag)
+    first = batches // 4
+    seconds = (done[-1] - done[first - 1]) / (batches - first)
+    driver_ms = c.driver_fixed_ms + (nodes if nodes > 1 else 0) * c.driver_ms_per_node
+    seconds = max(seconds, driver_ms / 1e3)
+    shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
+    best = statistics.median(best_whole_matches(d, workers) for d in drawn)
+    return {
+        "seconds_per_update": seconds,
+        "work_per_worker_s": shared,
+        "of_work_per_worker": seconds / shared,
+        "best_whole_matches_s": best,
+        "of_best_whole_matches": seconds / best,
     }
 
 
@@ -323,6 +350,12 @@ def main() -> None:
         "a directory of them, or a study's directory), measured and projected by cores",
     )
     parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
+    parser.add_argument(
+        "--lag",
+        type=int,
+        choices=(1, 2),
+        help="instead: seconds per update if batch k could start once update k - 1 - LAG is done (not built)",
+    )
     args = parser.parse_args()
     if args.learning:
         try:
@@ -331,6 +364,9 @@ def main() -> None:
             parser.exit(2, f"python -m pgpong.scaling: error: {exc}\n")
         return
     c = PHASES[args.phase]
+    if args.lag:
+        print(lag_table(c, args.lag), end="")
+        return
     print(
         "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
         " | efficiency | of the best | driver CPU | into the driver |"
@@ -344,6 +380,22 @@ def main() -> None:
             f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms"
             f" | {p['bytes_into_driver'] / 2**20:,.1f} MB |"
         )
+
+
+def lag_table(c: Constants, lag: int) -> str:
+    """The model's seconds per update without a lag and with `lag`, as a Markdown table."""
+    lines = [
+        f"| batch | nodes x CPUs | lag 0 | lag {lag} | lag {lag} over the best whole-match schedule"
+        f" | lag {lag} over the work per worker |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for batch, nodes, cpus in SCENARIOS:
+        now, lagged = predict_lag(batch, nodes, cpus, c, 0), predict_lag(batch, nodes, cpus, c, lag)
+        lines.append(
+            f"| {batch:,} | {nodes}x{cpus} | {now['seconds_per_update']:.2f} s | {lagged['seconds_per_update']:.2f} s"
+            f" | {lagged['of_best_whole_matches']:.2f} | {lagged['of_work_per_worker']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
