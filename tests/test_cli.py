@@ -108,6 +108,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "entropy_bonus": 0.0,
         "w2_init_scale": 1.0,
         "max_update_norm": None,
+        "lag": 0,
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,

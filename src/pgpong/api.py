@@ -131,6 +131,7 @@ def train(
     entropy_bonus: float | None = None,
     w2_init_scale: float | None = None,
     max_update_norm: float | None = None,
+    lag: int | None = None,
     gamma: float | None = None,
     decay_rate: float | None = None,
     seed: int | None = None,

@@ -26,6 +26,7 @@ from pgpong.policy import Params
 FORMAT = "pgpong-checkpoint"
 VERSION = 1
 ARRAYS = ("W1", "W2", "cache_W1", "cache_W2")
+LAGGED = ("previous_W1", "previous_W2")  # with --lag 1: the weights from before the last update
 _NAME = re.compile(r"^ckpt-(\d{6,})\.npz$")
 
 
@@ -45,6 +46,7 @@ class TrainingState:
     running_reward: float | None = None
     wall_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)  # settings the run was made with
+    previous: Params | None = None  # with --lag 1: the weights before the last update, which the next batch plays
 
 
 def checkpoint_bytes(hidden: int) -> int:
@@ -72,6 +74,8 @@ def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Pat
         "cache_W1": state.cache.W1,
         "cache_W2": state.cache.W2,
     }
+    if state.previous is not None:
+        arrays |= {"previous_W1": state.previous.W1, "previous_W2": state.previous.W2}
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -117,12 +121,19 @@ def load_checkpoint(path: Path) -> TrainingState:
     missing = [name for name in ARRAYS if name not in arrays]
     if missing:
         raise CheckpointError(f"{path}: missing arrays {', '.join(missing)}")
+    if sum(name in arrays for name in LAGGED) == 1:
+        raise CheckpointError(f"{path}: one of {' and '.join(LAGGED)} without the other")
     if _digest(arrays) != header.get("sha256"):
         raise CheckpointError(f"{path}: checksum mismatch, the file is corrupted")
     weights = _checked_params(path, arrays["W1"], arrays["W2"])
     cache = _checked_params(path, arrays["cache_W1"], arrays["cache_W2"])
     if cache.W1.shape != weights.W1.shape:
         raise CheckpointError(f"{path}: RMSProp cache shape {cache.W1.shape} differs from W1 {weights.W1.shape}")
+    previous = None
+    if any(name in arrays for name in LAGGED):
+        previous = _checked_params(path, arrays["previous_W1"], arrays["previous_W2"])
+        if previous.W1.shape != weights.W1.shape:
+            raise CheckpointError(f"{path}: previous_W1 shape {previous.W1.shape} differs from W1 {weights.W1.shape}")
     try:
         return TrainingState(
             weights=weights,
@@ -133,6 +144,7 @@ def load_checkpoint(path: Path) -> TrainingState:
             running_reward=None if header["running_reward"] is None else float(header["running_reward"]),
             wall_s=float(header["wall_s"]),
             info=dict(header.get("info", {})),
+            previous=previous,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: bad header field ({exc})") from None
@@ -164,7 +176,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 
 MAX_HEADER_BYTES = 1 << 20
-_MEMBERS = {"header": MAX_HEADER_BYTES, "W1": None, "W2": None, "cache_W1": None, "cache_W2": None}
+_MEMBERS = {"header": MAX_HEADER_BYTES, **dict.fromkeys(ARRAYS + LAGGED)}
 
 
 def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -282,7 +294,7 @@ def _checked_params(path: Path, W1: np.ndarray, W2: np.ndarray) -> Params:
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256()
-    for name in ARRAYS:
+    for name in ARRAYS + tuple(n for n in LAGGED if n in arrays):  # a checkpoint without a lag: as before
         a = arrays[name]
         h.update(f"{name}{a.dtype.str}{a.shape}".encode())
         h.update(np.ascontiguousarray(a).data)  # read in place (a copy only for a Fortran-order W1)

@@ -112,6 +112,13 @@ class TrainConfig:
         metavar="NORM",
         shown="no clipping",
     )
+    lag: int = setting(
+        0,
+        "1: play each batch with the weights from before the last update (one update stale), so that on a "
+        "cluster the next batch could start while this one ends; the pools do not overlap batches yet, so it "
+        "changes the learning, not the speed (docs/SCALING.md); 0: none, as in 2016",
+        metavar="0|1",
+    )
     gamma: float = setting(0.99, "discount factor for rewards", metavar="GAMMA")
     decay_rate: float = setting(
         None,
@@ -188,6 +195,7 @@ class TrainConfig:
             self.max_update_norm is None or (is_number(self.max_update_norm) and self.max_update_norm > 0),
             f"--max-update-norm must be positive (no flag: no clipping), got {self.max_update_norm}",
         )
+        check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
         check(is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
         check(
             is_number(self.decay_rate) and 0 <= self.decay_rate < 1,

@@ -128,7 +128,13 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
 
 
 # What a checkpoint made before a setting existed trained with: 2016's maths.
-BEFORE_THEY_EXISTED = {"warmup": "off", "entropy_bonus": 0.0, "w2_init_scale": 1.0, "max_update_norm": None}
+BEFORE_THEY_EXISTED = {
+    "warmup": "off",
+    "entropy_bonus": 0.0,
+    "w2_init_scale": 1.0,
+    "max_update_norm": None,
+    "lag": 0,
+}
 
 
 def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:

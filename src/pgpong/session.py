@@ -138,6 +138,8 @@ def candidate_settings(config: TrainConfig) -> str:
         parts.append(f"W2 initialised x{config.w2_init_scale:g}")
     if config.max_update_norm is not None:
         parts.append(f"updates clipped to norm {config.max_update_norm:g}")
+    if config.lag:
+        parts.append(f"batches played {config.lag} update behind (--lag)")
     return "".join(f"; {part}" for part in parts)
 
 

@@ -98,11 +98,14 @@ class Trainer:
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
-        played = pool.play_batch(state.weights, episodes, finished)  # the exact sum of its gradients
+        playing = state.previous if cfg.lag and state.previous is not None else state.weights  # --lag 1: W before
+        played = pool.play_batch(playing, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
         _check_finite(played.grad, "the batch's summed gradient", *checked)
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
+            if cfg.lag:  # the next batch plays the weights from before this update
+                state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
                 self.optimizer.step(state.weights, played.grad)
             self._broken = True  # until the step is known to be finite: then nothing of it may be saved
@@ -179,8 +182,12 @@ class Trainer:
 
 def snapshot(state: TrainingState) -> TrainingState:
     """A copy of the state that later steps do not change (about 10 MB: a few ms)."""
+    previous = None if state.previous is None else Params.of(state.previous.W1, state.previous.W2)
     return dataclasses.replace(
-        state, weights=Params.of(state.weights.W1, state.weights.W2), cache=Params.of(state.cache.W1, state.cache.W2)
+        state,
+        weights=Params.of(state.weights.W1, state.weights.W2),
+        cache=Params.of(state.cache.W1, state.cache.W2),
+        previous=previous,
     )
 
 

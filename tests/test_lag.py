@@ -1,0 +1,91 @@
+"""--lag 1: each batch plays the weights from before the last update. Which weights
+each batch plays, the same bits for any worker count and across a resume, the
+checkpoint that carries the previous weights, and a lag of 0 that is today's run."""
+
+import numpy as np
+import pytest
+
+from conftest import train_in_process
+from pgpong.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from pgpong.config import ConfigError
+from pgpong.policy import Params
+
+SETTINGS = dict(seed=4, batch_size=3, hidden=16, max_episode_steps=80, checkpoint_every=0)
+
+
+class Recording:
+    """A pool that records the weights each batch is played with."""
+
+    def __init__(self, pool):
+        self.pool, self.played = pool, []
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+    def play_batch(self, weights, episodes, finished=lambda result: None):
+        self.played.append(Params.of(weights.W1, weights.W2))
+        return self.pool.play_batch(weights, episodes, finished)
+
+
+def recorded_run(tmp_path, lag, iterations=4):
+    from pgpong.pool.local import LocalPool
+    from pgpong.rundir import open_run
+    from pgpong.session import open_trainer, worker_settings
+
+    run = open_run(tmp_path / f"lag{lag}", {**SETTINGS, "lag": lag, "iterations": iterations, "workers": 0})
+    pool = Recording(LocalPool(worker_settings(run.config)))
+    after = []  # the weights after each update
+    with open_trainer(run, pool, {}, tensorboard=False) as trainer:
+        trainer.train(each=lambda report: after.append(Params.of(run.state.weights.W1, run.state.weights.W2)))
+    pool.close()
+    return pool.played, after, run.state
+
+
+def same(a, b):
+    return np.array_equal(a.W1, b.W1) and np.array_equal(a.W2, b.W2)
+
+
+def test_a_batch_plays_the_weights_from_before_the_last_update(tmp_path):
+    played, after, state = recorded_run(tmp_path, lag=1)
+    initial = Params.initial(SETTINGS["hidden"], SETTINGS["seed"])
+    assert same(played[0], initial) and same(played[1], initial)  # batch 1: before update 0 is the start
+    for k in range(2, 4):
+        assert same(played[k], after[k - 2]) and not same(played[k], after[k - 1])
+    assert same(state.previous, after[-2])
+    plain, plain_after, plain_state = recorded_run(tmp_path, lag=0)
+    assert all(same(plain[k], plain_after[k - 1]) for k in range(1, 4)) and plain_state.previous is None
+    assert same(plain_after[0], after[0]) and not same(plain_after[1], after[1])  # it changes the run from update 2
+
+
+def test_a_lagged_run_resumes_to_the_bits_of_one_go_and_its_checkpoints_carry_the_previous_weights(tmp_path):
+    one_go = train_in_process(tmp_path / "one", 0, 4, {**SETTINGS, "lag": 1})
+    train_in_process(tmp_path / "split", 0, 2, {**SETTINGS, "lag": 1})
+    saved = load_checkpoint(list_checkpoints(tmp_path / "split" / "checkpoints")[-1])
+    assert saved.batch == 2 and saved.previous is not None and saved.info["lag"] == 1
+    resumed = train_in_process(tmp_path / "split", 0, 4, {**SETTINGS, "lag": 1})
+    assert same(resumed.weights, one_go.weights) and same(resumed.previous, one_go.previous)
+    assert np.array_equal(resumed.cache.W1, one_go.cache.W1)
+    with pytest.raises(ConfigError, match="--lag 1 -> 0"):  # a lag is part of the run
+        train_in_process(tmp_path / "split", 0, 5, {**SETTINGS, "lag": 0})
+
+
+def test_a_checkpoint_with_half_of_the_previous_weights_is_refused(tmp_path):
+    import zipfile
+
+    state = train_in_process(tmp_path / "r", 0, 1, {**SETTINGS, "lag": 1})
+    path = save_checkpoint(state, tmp_path / "ckpt")
+    assert same(load_checkpoint(path).previous, state.previous)
+    broken = tmp_path / "broken.npz"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(broken, "w") as target:
+        for item in source.infolist():
+            if item.filename != "previous_W2.npy":
+                target.writestr(item, source.read(item))
+    with pytest.raises(CheckpointError, match="without the other"):
+        load_checkpoint(broken)
+
+
+@pytest.mark.slow
+def test_a_lagged_run_has_the_same_bits_on_two_ray_workers(tmp_path, ray_instance):
+    alone = train_in_process(tmp_path / "alone", 0, 3, {**SETTINGS, "lag": 1})
+    on_ray = train_in_process(tmp_path / "ray", 2, 3, {**SETTINGS, "lag": 1})
+    assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
