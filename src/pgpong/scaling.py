@@ -141,9 +141,10 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
 def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batches: int = 40) -> dict[str, float]:
     """Seconds per update in a steady run of `batches` updates (the first quarter
     left out) when batch k may start once update k - 1 - lag is done; lag 0 gives
-    predict()'s figure, lag 1 what `--lag 1` (not built) would give. Against one
-    batch's work shared evenly over the workers (with batches overlapping, the
-    longest match no longer bounds an update) and its best whole-match schedule."""
+    predict()'s figure, lag 1 what `--lag 1` would give once the pools overlap
+    batches. Against one batch's work shared evenly over the workers (with batches
+    overlapping, the longest match no longer bounds an update) and its best
+    whole-match schedule."""
     rng = np.random.default_rng(0)
     workers = nodes * cpus
     pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
@@ -354,7 +355,8 @@ def main() -> None:
         "--lag",
         type=int,
         choices=(1, 2),
-        help="instead: seconds per update if batch k could start once update k - 1 - LAG is done (not built)",
+        help="instead: seconds per update if batch k could start once update k - 1 - LAG is done "
+        "(the pools do not overlap batches yet)",
     )
     args = parser.parse_args()
     if args.learning:
