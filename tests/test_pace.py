@@ -29,6 +29,9 @@ def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at
         {"max_episode_steps": 2000},
         {"hidden": 32},
         {"entropy_bonus": 0.01},
+        {"w2_init_scale": 0.1},
+        {"max_update_norm": 5.0},
+        {"lag": 1},
         {"env_id": "PongNoFrameskip-v4"},
     ):
         assert pace.slow_run_note(dataclasses.replace(default, **unmeasured), AT - 1, AT, -15.0) is None, unmeasured

@@ -23,7 +23,7 @@ SLOW_TO_ZERO = "over 7M"  # the runs below it (the one followed further: 8.7M)
 
 def measured(config: TrainConfig) -> bool:
     """Whether the sign was measured for runs like this one: Pong-v5's full matches,
-    batch 10 without a ramp, 200 hidden units, no entropy bonus."""
+    batch 10 without a ramp, 200 hidden units, none of the candidate settings."""
     return (
         config.env_id == SIGN_ENV_ID
         and config.batch_size == SIGN_BATCH_SIZE
@@ -31,6 +31,9 @@ def measured(config: TrainConfig) -> bool:
         and config.max_episode_steps is None
         and config.hidden == 200
         and config.entropy_bonus == 0
+        and config.w2_init_scale == 1
+        and config.max_update_norm is None
+        and config.lag == 0
     )
 
 
