@@ -89,3 +89,20 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers(tmp_path, ray_instanc
     alone = train_in_process(tmp_path / "alone", 0, 3, {**SETTINGS, "lag": 1})
     on_ray = train_in_process(tmp_path / "ray", 2, 3, {**SETTINGS, "lag": 1})
     assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
+
+
+def test_a_checkpoint_that_does_not_fit_the_runs_lag_is_refused_even_without_recorded_settings(tmp_path):
+    import dataclasses
+
+    from pgpong.rundir import open_run
+
+    lagged = train_in_process(tmp_path / "r", 0, 2, {**SETTINGS, "lag": 1})
+    anonymous = save_checkpoint(dataclasses.replace(lagged, info={}), tmp_path / "anonymous")  # no settings in it
+    train_in_process(tmp_path / "plain", 0, 1, SETTINGS)  # runs to resume into
+    train_in_process(tmp_path / "lagged", 0, 1, {**SETTINGS, "lag": 1})
+    with pytest.raises(CheckpointError, match="made by a run with --lag 1"):
+        open_run(tmp_path / "plain", {}, resume_from=anonymous)
+    without = save_checkpoint(dataclasses.replace(lagged, info={}, previous=None), tmp_path / "without")
+    with pytest.raises(CheckpointError, match="which a run with --lag 1 plays"):
+        open_run(tmp_path / "lagged", {}, resume_from=without)
+    assert same(open_run(tmp_path / "lagged", {}, resume_from=anonymous).state.previous, lagged.previous)

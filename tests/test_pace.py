@@ -17,6 +17,8 @@ AT = pace.SIGN_ENV_STEPS
 
 def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at():
     default = TrainConfig()
+    for measured_rate in (1.5e-3, 3e-3):
+        assert pace.slow_run_note(dataclasses.replace(default, learning_rate=measured_rate), AT - 1, AT, -9.0)
     note = pace.slow_run_note(default, AT - 5_000, AT + 300, -10.4)
     assert note is not None and "-10.4 after 2.0M env steps" in note and "docs/LEARNING.md" in note and len(note) < 200
     assert pace.slow_run_note(default, AT - 5_000, AT + 300, -6.1) is None  # above the line: a fast run's
@@ -32,6 +34,10 @@ def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at
         {"w2_init_scale": 0.1},
         {"max_update_norm": 5.0},
         {"lag": 1},
+        {"learning_rate": 1e-4},
+        {"learning_rate": 5e-3},
+        {"gamma": 0.9},
+        {"decay_rate": 0.5},
         {"env_id": "PongNoFrameskip-v4"},
     ):
         assert pace.slow_run_note(dataclasses.replace(default, **unmeasured), AT - 1, AT, -15.0) is None, unmeasured

@@ -40,3 +40,11 @@ def test_a_lag_of_one_hides_the_step_and_the_barrier_and_is_not_slower_on_random
         assert all(b <= a + 1e-12 for a, b in zip(plain, lagged, strict=True))
         # never before its own matches could all be played, one batch after another at best
         assert lagged[-1] >= sum(sum(b) for b in batches) / workers
+
+
+def test_updates_under_a_lag_end_in_order():
+    from pgpong.placement import pipelined
+
+    # a long first batch: the short ones after it are played, but their updates wait for its
+    done = pipelined([[10.0], [1.0], [1.0], [1.0]], 2, 0.0, 0.5, 1)
+    assert done == sorted(done) and done[1] == 11.0

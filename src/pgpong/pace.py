@@ -16,6 +16,7 @@ SIGN_ENV_ID = "ALE/Pong-v5"
 SIGN_BATCH_SIZE = 10  # the batch the sign was measured at
 SIGN_ENV_STEPS = 2_000_000  # when it is read
 SIGN_RUNNING_REWARD = -8.0  # below this then: the slow path
+SIGN_LEARNING_RATES = (1.5e-3, 3e-3)  # the rates of the measured runs (gamma and RMSProp decay 0.99)
 # What the measured runs did, for the note (docs/LEARNING.md's table of batch-10 runs).
 FAST_TO_ZERO = "2.1M-4.4M"  # the runs above the line: env steps to running reward 0
 SLOW_TO_ZERO = "over 7M"  # the runs below it (the one followed further: 8.7M)
@@ -23,9 +24,14 @@ SLOW_TO_ZERO = "over 7M"  # the runs below it (the one followed further: 8.7M)
 
 def measured(config: TrainConfig) -> bool:
     """Whether the sign was measured for runs like this one: Pong-v5's full matches,
-    batch 10 without a ramp, 200 hidden units, none of the candidate settings."""
+    batch 10 without a ramp, 200 hidden units, lr 1.5e-3 to 3e-3, gamma and RMSProp
+    decay 0.99, none of the candidate settings."""
+    low, high = SIGN_LEARNING_RATES
     return (
         config.env_id == SIGN_ENV_ID
+        and low <= config.learning_rate <= high
+        and config.gamma == 0.99
+        and config.decay_rate == 0.99
         and config.batch_size == SIGN_BATCH_SIZE
         and config.ramp_from is None
         and config.max_episode_steps is None

@@ -63,5 +63,5 @@ def pipelined(batches: list[list[float]], workers: int, pause: float, step: floa
             end = max(heapq.heappop(free), release) + duration + pause
             heapq.heappush(free, end)
             last = max(last, end)
-        done.append(last + step)
+        done.append(max(last, done[-1] if done else 0.0) + step)  # the updates come one after another
     return done

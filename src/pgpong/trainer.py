@@ -104,11 +104,11 @@ class Trainer:
         checked = (state.batch + 1, step, batch_size)
         _check_finite(played.grad, "the batch's summed gradient", *checked)
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
+            self._broken = True  # until the step is done and finite: nothing of a half-made one may be saved
             if cfg.lag:  # the next batch plays the weights from before this update
                 state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
                 self.optimizer.step(state.weights, played.grad)
-            self._broken = True  # until the step is known to be finite: then nothing of it may be saved
             _check_finite(state.weights, "the weights", *checked)
             _check_finite(state.cache, "the RMSProp cache", *checked)
             self._broken = False

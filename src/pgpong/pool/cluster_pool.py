@@ -222,6 +222,8 @@ class ClusterPool:
         replaced, in_order = self.replaced, InOrder(finished)
         for position, stats in self._run("play", published, episodes, measures):
             in_order.add(position, stats)
+        if in_order.next != len(episodes):  # each match's stats reach the trainer, or the batch fails
+            raise PoolError(f"the stats of {len(episodes) - in_order.next} match(es) of the batch never arrived")
         began = time.perf_counter()
         part = self._ray.get(self._reducer.result.remote(self._batch), timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
@@ -275,6 +277,11 @@ class ClusterPool:
                 next_poll = time.monotonic() + POLL_SECONDS
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no match finished in {stall_s:.0f} s; giving up")
+        # Every match is in the sum, but the last reports may not have been read yet
+        # (the loop polls on a clock, and once every run is over): read them now.
+        items, seen = ray.get(self._queue.progress.remote(seen), timeout=stall_s)
+        self._heard(items)
+        yield from ((position, item) for _, position, item in items)
         end = time.perf_counter()
         idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
         measures.barrier_s = idle / max(1, self.num_workers)
