@@ -429,3 +429,13 @@ def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
         proc = run_pgpong(*common, "--batch-size", "60", *flags, "--run-dir", str(tmp_path / "refused"))
         assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "refused").exists()
+
+
+def test_the_command_to_run_again_splits_back_into_the_command_that_ran(monkeypatch):
+    import shlex
+    import sys
+
+    from pgpong.cli.common import this_command_again
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/pgpong/__main__.py", "study", "a name", "--seeds", "0,1"])
+    assert shlex.split(this_command_again()) == [sys.executable, "-m", "pgpong", "study", "a name", "--seeds", "0,1"]

@@ -65,6 +65,11 @@ def resume_command(run_dir: Path) -> str:
     return f"{pgpong_command()} train --run-dir {shlex.quote(str(run_dir))}"
 
 
+def this_command_again() -> str:
+    """The command line that ran this process, to run again in a shell."""
+    return " ".join([pgpong_command(), *(shlex.quote(a) for a in sys.argv[1:])])
+
+
 def pgpong_command() -> str:
     """How to run this pgpong again from here: plain `pgpong` when that is the one on
     PATH, else its path (after `make train` it lives in .venv/bin only)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -16,9 +15,9 @@ from pgpong.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     fail,
-    pgpong_command,
     raise_terminated,
     terminated,
+    this_command_again,
 )
 from pgpong.config import ConfigError, check
 
@@ -131,7 +130,7 @@ def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int
             raise ConfigError(f"pgpong study needs Ray Tune ({exc}): pip install 'pgpong[study]'") from None
         check_resources(found)
 
-    command = " ".join(shlex.quote(a) for a in [pgpong_command(), *sys.argv[1:]])
+    command = this_command_again()
     if address is None:  # a local instance: the machine's CPUs, known before Ray starts
         check_resources(found, os.cpu_count() or 1)
     try:
