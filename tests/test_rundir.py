@@ -34,6 +34,7 @@ OTHER = {
     "entropy_bonus": 0.01,
     "w2_init_scale": 0.1,
     "max_update_norm": 5.0,
+    "lag": 1,
 }
 BASE: dict[str, dict] = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 

@@ -141,10 +141,6 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
     """A checkpoint belongs to a run made with the same learning settings."""
     if state.weights.hidden != config.hidden:
         raise CheckpointError(f"{path}: hidden size {state.weights.hidden}, the run uses {config.hidden}")
-    if config.lag and state.batch > 0 and state.previous is None:
-        raise CheckpointError(f"{path}: no weights from before its last update, which a run with --lag 1 plays")
-    if not config.lag and state.previous is not None:
-        raise CheckpointError(f"{path}: made by a run with --lag 1 (it holds the weights from before an update)")
     recorded = {k: v for k, v in state.info.items() if k in config.to_dict()}
     if recorded:
         recorded = {**BEFORE_THEY_EXISTED, **recorded}
@@ -158,6 +154,10 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
             f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed
         )
         raise CheckpointError(f"{path}: made with other learning settings ({what}); it belongs to another run")
+    if config.lag and state.batch > 0 and state.previous is None:
+        raise CheckpointError(f"{path}: no weights from before its last update, which a run with --lag 1 plays")
+    if not config.lag and state.previous is not None:
+        raise CheckpointError(f"{path}: made by a run with --lag 1 (it holds the weights from before an update)")
 
 
 def check_run_dir_writable(run: Run) -> None:
