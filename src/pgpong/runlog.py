@@ -359,8 +359,9 @@ class RunLog:
                 output.end_batch(row, phases or {})
 
     def record(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
-        """progress.csv, fsynced: written once the row's checkpoint is on disk, so a row
-        in progress.csv always has its checkpoint."""
+        """progress.csv, fsynced. Checkpoints come on a cadence, written in the
+        background, so rows may run ahead of the newest one: a resumed run drops those
+        rows and plays their batches again, to the same weights."""
         self.csv.end_batch(row, phases or {})
 
     def say(self, message: str) -> None:
