@@ -20,6 +20,7 @@ SIGN_LEARNING_RATES = (1.5e-3, 3e-3)  # the rates of the measured runs (gamma an
 # What the measured runs did, for the note (docs/LEARNING.md's table of batch-10 runs).
 FAST_TO_ZERO = "2.1M-4.4M"  # the runs above the line: env steps to running reward 0
 SLOW_TO_ZERO = "over 7M"  # the runs below it (the one followed further: 8.7M)
+LIVE_TAG = " | slow start: see the note above"  # what the live line adds once the note was shown
 
 
 def measured(config: TrainConfig) -> bool:
@@ -55,8 +56,3 @@ def slow_run_note(config: TrainConfig, steps_before: int, steps_after: int, runn
         f"measured runs below {SIGN_RUNNING_REWARD:g} here took {SLOW_TO_ZERO} env steps to reach 0, the others "
         f"{FAST_TO_ZERO} (docs/LEARNING.md). Training goes on."
     )
-
-
-def live_tag(note: str | None) -> str:
-    """What the live line adds once the note was shown."""
-    return " | slow start: see the note above" if note else ""

@@ -303,7 +303,7 @@ class LiveProgress(_Quiet):
         self.batch = self.size = self.finished = self.steps = 0
         self.running: float | None = None
         self.began = time.monotonic()
-        self.tag = ""  # a standing remark at the line's end (pace.live_tag)
+        self.tag = ""  # a standing remark at the line's end (pace.LIVE_TAG)
 
     def begin_batch(self, batch: int, episodes: int, running_reward: float | None) -> None:
         self.batch, self.size, self.finished, self.steps = batch, episodes, 0, 0

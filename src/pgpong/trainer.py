@@ -98,7 +98,7 @@ class Trainer:
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
-        playing = state.previous if cfg.lag and state.previous is not None else state.weights  # --lag 1: W before
+        playing = state.weights if state.previous is None else state.previous  # --lag 1: the weights before
         played = pool.play_batch(playing, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
@@ -135,7 +135,7 @@ class Trainer:
             self.log.show(row, phases)
             note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
             if note:
-                self.log.note(note, pace.live_tag(note))
+                self.log.note(note, pace.LIVE_TAG)
             try:
                 self.log.record(row, phases)
             except OSError as exc:

@@ -73,11 +73,6 @@ class Totals:
         )
 
 
-def _made_by(spec: dict[str, Any]) -> dict[str, Any]:
-    """What a trial's config.json says made it: the study, and the study's command."""
-    return {"study": spec["study"], "command": spec.get("command", "pgpong study " + spec["study"])}
-
-
 def train_trial(config: dict[str, Any]) -> None:
     """A Tune trial: train one run directory until its stop, reporting every batch."""
     from pgpong.pool.local import LocalPool
@@ -94,10 +89,8 @@ def train_trial(config: dict[str, Any]) -> None:
         check_run_dir_writable(run)
         cfg = run.config
         pool = LocalPool(worker_settings(cfg)) if not cfg.workers else RayPool(worker_settings(cfg), cfg.workers)
-        with (
-            open(os.devnull, "w") as quiet,
-            open_trainer(run, pool, {**run_info(None), **_made_by(spec)}, quiet) as trainer,
-        ):
+        made_by = {**run_info(None), "study": spec["study"], "command": spec["command"]}  # the study's command
+        with open(os.devnull, "w") as quiet, open_trainer(run, pool, made_by, quiet) as trainer:
             trainer.train(
                 stop=lambda s: stops.reached(s.running_reward, s.env_steps, s.episodes, s.wall_s),
                 each=lambda report: _report(report.row),
