@@ -46,7 +46,7 @@ def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: P
 
 
 def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dict, pool=None):
-    """Train with the library API (LocalPool for workers=0, else a RayPool); returns the state."""
+    """Train with the library API (LocalPool for workers=0, else the pool `pgpong train` opens); returns the state."""
     from pgpong.pool import open_pool
     from pgpong.rundir import open_run
     from pgpong.session import open_trainer, worker_settings
@@ -54,7 +54,7 @@ def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dic
     run = open_run(run_dir, {**settings, "iterations": iterations, "workers": workers})
     own = pool is None
     if own:
-        pool = open_pool(worker_settings(run.config), workers, address=None)
+        pool = open_pool(worker_settings(run.config), workers, address=None, overlap=bool(run.config.lag))
     try:
         with open_trainer(run, pool, {}, tensorboard=False) as trainer:
             return trainer.train()

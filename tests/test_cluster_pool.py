@@ -109,6 +109,18 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
 
 
 @pytest.mark.slow
+def test_lag_1_on_three_nodes_gives_the_bits_of_one_process(tmp_path, three_leaders):
+    """--lag 1 overlaps the batches (the next is in the queue while this one's last
+    matches play, pool/queue.py): the weights and the previous weights are still those
+    of --workers 0."""
+    lagged = {**SETTINGS, "lag": 1}
+    alone = train_in_process(tmp_path / "alone", 0, 3, lagged)
+    spread = train_in_process(tmp_path / "three", 3, 3, lagged, pool=three_leaders)
+    assert_same_state(spread, alone)
+    np.testing.assert_array_equal(spread.previous.W1, alone.previous.W1)
+
+
+@pytest.mark.slow
 def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leaders):
     from pgpong.evaluate import match_ids
     from pgpong.policy import Params
@@ -133,14 +145,15 @@ class NodeLosingPool(ClusterPool):
         self.cluster, self.worker_nodes, self.removed = cluster, nodes, None
         super().__init__(WORKERS, 3)
 
-    def _call(self, leader, method, published, number, *args):
+    def _call(self, leader, number):
         import ray
 
-        run = super()._call(leader, method, published, number, *args)
+        run = super()._call(leader, number)
         lost = [n for n in self.worker_nodes if n.node_id == self.node_of[leader]]
         if self._batch == 2 and self.removed is None and lost:
             deadline = time.monotonic() + 30
-            while not (taken := ray.get(self._queue.taken_by.remote(number))) and time.monotonic() < deadline:
+            taken_by = self._queue.taken_by
+            while not (taken := ray.get(taken_by.remote(number, self._batch))) and time.monotonic() < deadline:
                 time.sleep(0.001)
             self.removed = taken
             self.cluster.remove_node(lost[0], allow_graceful=False)
@@ -160,8 +173,8 @@ def test_a_node_lost_mid_batch_costs_its_matches_only_and_changes_no_weight(
         with hang_guard(180):
             state = train_in_process(tmp_path / "lost", 3, 2, SETTINGS, pool=pool)
         assert pool.removed  # the node went once it had taken matches...
-        handed = ray.get(pool._queue.handed_out.remote())
-        assert handed >= SETTINGS["batch_size"] + pool.removed  # ...and they were played again elsewhere
+        handed = ray.get(pool._queue.handed_out.remote())  # in both batches
+        assert handed >= 2 * SETTINGS["batch_size"] + pool.removed  # ...and they were played again elsewhere
         assert (pool.nodes(), pool.num_workers, pool.replaced) == (2, 2, 1)
     finally:
         pool.close()

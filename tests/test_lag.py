@@ -26,6 +26,10 @@ class Recording:
         self.played.append(Params.of(weights.W1, weights.W2))
         return self.pool.play_batch(weights, episodes, finished)
 
+    def submit(self, weights, episodes):  # --lag 1: batches are submitted ahead, in batch order
+        self.played.append(Params.of(weights.W1, weights.W2))
+        return self.pool.submit(weights, episodes)
+
 
 def recorded_run(tmp_path, lag, iterations=4):
     from pgpong.pool.local import LocalPool
@@ -85,10 +89,41 @@ def test_a_checkpoint_with_half_of_the_previous_weights_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lagged_run_has_the_same_bits_on_two_ray_workers(tmp_path, ray_instance):
-    alone = train_in_process(tmp_path / "alone", 0, 3, {**SETTINGS, "lag": 1})
-    on_ray = train_in_process(tmp_path / "ray", 2, 3, {**SETTINGS, "lag": 1})
-    assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
+def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batches(tmp_path, ray_instance):
+    """On Ray a lagged run's pool plays the next batch while this one's last matches
+    finish (a ClusterPool, on one node too); the bits are those of --workers 0, and a
+    run stopped with a batch submitted ahead, resumed on the same pool, gives them too."""
+    import ray
+
+    from pgpong.pool.cluster_pool import ClusterPool
+    from pgpong.rundir import open_run
+    from pgpong.session import open_trainer, worker_settings
+
+    class Counting(ClusterPool):  # how many matches the queue had handed out when each batch was collected
+        def collect(self, ticket, finished=lambda result: None):
+            played = super().collect(ticket, finished)
+            self.handed.append(ray.get(self._queue.handed_out.remote()))
+            return played
+
+    settings = {**SETTINGS, "lag": 1, "batch_size": 8}
+    alone = train_in_process(tmp_path / "alone", 0, 4, settings)
+    pool = Counting(worker_settings(open_run(tmp_path / "alone", {}).config), 2)
+    pool.handed = []
+    try:
+        on_ray = train_in_process(tmp_path / "ray", 2, 4, settings, pool=pool)
+        assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
+        # the next batch was in the queue while this one played: when batch k was in,
+        # matches of batch k+1 had been handed out already; none after the last
+        assert any(handed > 8 * k for k, handed in enumerate(pool.handed[:3], start=1)), pool.handed
+        assert pool.handed[3] == 4 * 8
+        # stopped after 2 batches with the third submitted ahead (cancelled), then resumed
+        run = open_run(tmp_path / "split", {**settings, "iterations": None, "workers": 2})
+        with open_trainer(run, pool, {}, tensorboard=False) as trainer:
+            trainer.train(stop=lambda state: state.batch >= 2)
+        resumed = train_in_process(tmp_path / "split", 2, 4, settings, pool=pool)
+        assert same(alone.weights, resumed.weights) and same(alone.previous, resumed.previous)
+    finally:
+        pool.close()
 
 
 def test_a_checkpoint_that_does_not_fit_the_runs_lag_is_refused_even_without_recorded_settings(tmp_path):

@@ -44,6 +44,7 @@ ROOMS: list[tuple[str, list[str]]] = [
         [
             "pool",
             "pool.cluster_pool",
+            "pool.reducer",
             "pool.queue",
             "pool.ray_pool",
             "pool.local",

@@ -111,7 +111,8 @@ def test_ray_pool_gives_each_match_to_the_first_free_worker(ray_instance, monkey
         with hang_guard(120):  # on a busy machine the second worker may still be starting
             while pool.num_workers < 2:
                 pool.crew.poll_starting(timeout=1.0)
-        arrived = list(pool.run("play", publish(weights)[0], deque(enumerate(episodes))))
+        job = ("play", publish(weights)[0], ())
+        arrived = list(pool.run(deque(enumerate(episodes)), lambda key: job))
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

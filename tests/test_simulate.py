@@ -48,6 +48,26 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     assert 0 < update["bytes_into_driver"] < 0.5 * per_episode
 
 
+@pytest.mark.slow
+def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
+    """--lag 1: the next batch is in the queue while this one's last matches play, so a
+    worker never waits for the slowest match of the batch: with 8 matches of the same
+    length on 4 workers (two waves), nobody idles at the end of a batch."""
+    proc = run_pgpong(
+        "bench", "--simulate", "1x4", "--batch-size", "8", "--bank-matches", "1", "--max-episode-steps", "150",
+        "--update-batches", "3", "--lag", "1", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["simulated"]["lag"] == 1
+    (update,) = report["updates"]
+    assert (update["batch_size"], update["workers"], len(update["updates"])) == (8, 4, 3)
+    match_s = report["bank"]["steps"][0] / report["bank"]["steps_per_s_per_core"]
+    assert update["lower_bound_s"] == pytest.approx(2 * match_s, rel=1e-6)  # two waves of one banked match
+    assert update["seconds_per_update"] > 0 and update["bytes_into_driver"] > 0
+    assert update["barrier_s"] < 0.5 * match_s  # the runs did not end between batches: no worker sat out a match
+
+
 def test_shapes():
     assert (Shape.parse("11x18").workers, Shape.parse("11x18").per_process) == (198, 18)
     assert Shape.parse("1x64").per_process == 32 and Shape.parse("2X4").per_process == 4
@@ -71,6 +91,8 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "2x4", "--address", "127.0.0.1:1"], "drop --address"),
         (["--simulate", "2x4", "--bank-matches", "0"], "--bank-matches must be at least 1"),
         (["--simulate", "2x4", "--bank-policy", "/nonexistent"], "/nonexistent: no such file or directory"),
+        (["--simulate", "2x4", "--lag", "2"], "--lag must be 0 or 1"),
+        (["--lag", "1"], "--lag is measured with --simulate only"),
     ],
 )
 def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):

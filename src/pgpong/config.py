@@ -114,9 +114,8 @@ class TrainConfig:
     )
     lag: int = setting(
         0,
-        "1: play each batch with the weights from before the last update (one update stale), so that on a "
-        "cluster the next batch could start while this one ends; the pools do not overlap batches yet, so it "
-        "changes the learning, not the speed (docs/SCALING.md); 0: none, as in 2016",
+        "1: play each batch with the weights from before the last update (one update stale), so that on Ray "
+        "the next batch starts while this one's last matches finish (docs/SCALING.md); 0: none, as in 2016",
         metavar="0|1",
     )
     gamma: float = setting(0.99, "discount factor for rewards", metavar="GAMMA")

@@ -84,7 +84,9 @@ class TrainingSession:
         pool: Pool | None = None
         ray_was_up = ray_running()
         try:
-            pool = open_pool(worker_settings(config), config.workers, self.address, note=self.note)
+            pool = open_pool(
+                worker_settings(config), config.workers, self.address, note=self.note, overlap=bool(config.lag)
+            )
             connected()
             if config.workers and pool.num_workers != config.workers:  # config.json records what runs
                 run.config = config = dataclasses.replace(config, workers=pool.num_workers)

@@ -20,7 +20,7 @@ from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, save_checkpoint
 from pgpong.errors import PgpongError
 from pgpong.policy import Params, RMSProp, squared_norm
-from pgpong.pool import Pool
+from pgpong.pool import BatchResult, Finished, Pool
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
@@ -55,6 +55,7 @@ class Trainer:
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_end: float | None = None  # wall time counts the gaps between batches too
         self._broken = False  # a step made the weights non-finite: they are not saved
+        self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
 
     def train(
         self,
@@ -99,7 +100,7 @@ class Trainer:
             self.log.episode(len(scores), sum(lengths), state.running_reward)
 
         playing = state.weights if state.previous is None else state.previous  # --lag 1: the weights before
-        played = pool.play_batch(playing, episodes, finished)  # the exact sum of its gradients
+        played = self._play(playing, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
         _check_finite(played.grad, "the batch's summed gradient", *checked)
@@ -143,6 +144,23 @@ class Trainer:
         self._last_end = time.monotonic()
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
 
+    def _play(self, weights: Params, episodes: list[EpisodeId], finished: Finished) -> BatchResult:
+        """Play the batch. With --lag 1 the next batch plays the weights as they are now,
+        before this batch's update, so it is submitted first: a pool that can overlap
+        the two (a cluster's) starts it while this batch's last matches play."""
+        cfg, state, pool = self.config, self.state, self.pool
+        if not cfg.lag:
+            return pool.play_batch(weights, episodes, finished)
+        ticket = self._ahead.pop(state.batch, None)  # submitted with these weights by the batch before
+        if ticket is None:
+            ticket = pool.submit(weights, episodes)
+        following = state.batch + 1
+        if cfg.iterations is None or following < cfg.iterations:
+            size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
+            ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
+            self._ahead[following] = pool.submit(state.weights, ahead)
+        return pool.collect(ticket, finished)
+
     def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:
         """The row's diagnostics: the batch's episodes' (added in episode order) and
         the norms of the weights and of the update after the step (a few ms)."""
@@ -171,7 +189,11 @@ class Trainer:
         self._checkpointed = (self.state.batch, time.monotonic())
 
     def close(self) -> None:
-        """Checkpoint the last finished batch if it has none, and wait until it is on disk."""
+        """Checkpoint the last finished batch if it has none, and wait until it is on disk
+        (a batch submitted ahead is dropped: it is played again on resume)."""
+        if self._ahead:
+            self._ahead.clear()
+            self.pool.cancel()
         try:
             if not self._broken:
                 with signals_held():

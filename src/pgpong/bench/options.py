@@ -77,6 +77,9 @@ class BenchOptions:
         metavar="NODESxCPUS",
         shown="off",
     )
+    lag: int = setting(
+        0, "with --simulate: the timed updates' --lag (1: the next batch starts while this one ends)", metavar="0|1"
+    )
     bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
     bank_policy: str = setting(
         "new",
@@ -105,6 +108,8 @@ class BenchOptions:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
             check(self.address is None, "--simulate starts a cluster of its own on this machine: drop --address")
+        check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
+        check(self.lag == 0 or self.simulate is not None, "--lag is measured with --simulate only")
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
             check(is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")

@@ -107,7 +107,8 @@ def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int
     pool = RayPool(settings, workers, node_id=head)
     try:
         ids = [EpisodeId(seed, 2**31, k) for k in range(matches)]  # a batch number no run reaches
-        played = [result for _, result in pool.run("play", publish(weights)[0], deque(enumerate(ids)))]
+        job = ("play", publish(weights)[0], ())
+        played = [result for _, result in pool.run(deque(enumerate(ids)), lambda key: job)]
     finally:
         pool.close()
     # the median match's pace: a worker's first match also pays for its start
@@ -167,7 +168,8 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         bank = play_bank(settings, weights, opts.bank_matches, opts.seed, real)
         processes = shape.workers // shape.per_process
         say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
-        pool = open_pool(settings, shape.workers, None, kind=simulated_kind(settings, shape, bank))
+        kind = simulated_kind(settings, shape, bank)
+        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=bool(opts.lag))
         try:
             rows = []
             count = opts.update_batches or 5
@@ -191,6 +193,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             "env_id": opts.env_id,
             "max_episode_steps": opts.max_episode_steps,
             "bank_policy": source,
+            "lag": opts.lag,
         },
         "bank": bank.summary(),
         "updates": rows,
@@ -202,7 +205,8 @@ def format_simulation(report: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s), "
-            f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)",
+            f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)"
+            + (", --lag 1: the next batch starts while this one ends" if s.get("lag") else ""),
             "",
             f"Matches from a bank of {b['matches']} real ones of {s['bank_policy']}: {b['steps_mean']:,.0f} steps "
             f"on average ({b['steps_min']:,}-{b['steps_max']:,}), played at {b['steps_per_s_per_core']:,.0f} "

@@ -33,6 +33,7 @@ def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator
         "seed": opts.seed,
         "max_episode_steps": opts.max_episode_steps,
         "keep_checkpoints": 1,
+        "lag": opts.lag,
     }
     with (
         tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch,

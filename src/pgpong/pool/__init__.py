@@ -3,7 +3,8 @@
 A pool takes the weights and a list of episode ids and plays them: in this process
 (local.py, --workers 0), on Ray actors of one node (ray_pool.py), or through a leader
 on each node of a cluster, pulling matches from one queue (cluster_pool.py,
-queue.py). Whatever the pool, it gives the exact sum of the batch's gradients
+queue.py), where with --lag 1 the next batch's matches start while this one's last
+ones play. Whatever the pool, it gives the exact sum of the batch's gradients
 (sums.py), the same to the bit for any number of workers and nodes.
 """
 
@@ -52,13 +53,16 @@ def open_pool(
     note: Callable[[str], None] = lambda text: None,
     kind: WorkerKind | None = None,
     limits: Limits | None = None,
+    overlap: bool = False,
 ) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
     locally. On a cluster of several nodes, a leader on each node runs that node's
     workers (ClusterPool); on one node the driver runs them (RayPool). More workers
-    than the cluster has CPUs are not waited for: `note` says how many run. Close
-    the pool, then call cluster.stop_ray()."""
+    than the cluster has CPUs are not waited for: `note` says how many run.
+    `overlap` (--lag 1): a pool that plays the next batch while this one's last
+    matches finish, on one node too (a ClusterPool). Close the pool, then call
+    cluster.stop_ray()."""
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
@@ -72,6 +76,6 @@ def open_pool(
     from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
     from pgpong.pool.ray_pool import RayPool
 
-    if len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:
+    if overlap or len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:
         return ClusterPool(settings, workers, kind, limits)
     return RayPool(settings, workers, kind=kind, limits=limits)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pgpong.errors import PgpongError
 from pgpong.policy import Params
@@ -42,6 +42,8 @@ class Limits:
 
 
 Finished = Callable[[EpisodeStats], None]  # hears each episode of a batch, in episode order
+Job = tuple[str, Any, tuple]  # what to do with a match: a worker method ("play", "evaluate"), the
+# weights (published, or not), more arguments
 
 
 def ignore_episode(episode: EpisodeStats) -> None:
@@ -94,6 +96,31 @@ class InOrder:
             self.next += 1
 
 
+class OneBatchAtATime:
+    """submit, collect and cancel for a pool that plays one batch after another: a
+    submitted batch waits (with a copy of its weights) and is played when collected."""
+
+    _waiting: dict[int, tuple[Params, list[EpisodeId]]]  # set by the pool's __init__
+    _tickets = 0
+
+    def play_batch(
+        self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
+    ) -> BatchResult:
+        raise NotImplementedError
+
+    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
+        self._tickets += 1
+        self._waiting[self._tickets] = (Params.of(weights.W1, weights.W2), episodes)
+        return self._tickets
+
+    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
+        weights, episodes = self._waiting.pop(ticket)
+        return self.play_batch(weights, episodes, finished)
+
+    def cancel(self) -> None:
+        self._waiting.clear()
+
+
 class PoolError(PgpongError, RuntimeError):
     """The pool cannot finish the batch (workers keep dying, nothing progresses)."""
 
@@ -110,6 +137,15 @@ class Pool(Protocol):
     def play_batch(
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> BatchResult: ...
+
+    # --lag 1: the next batch is submitted before this one is collected. A pool that
+    # can overlap them starts it at once (ClusterPool); the others play it when it is
+    # collected (OneBatchAtATime). The weights are the same either way.
+    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int: ...  # a ticket for collect
+
+    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult: ...
+
+    def cancel(self) -> None: ...  # batches submitted and not collected are dropped
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]: ...
 

@@ -1,17 +1,22 @@
-"""The pool for a cluster of several nodes (or many workers): a leader on each node,
-matches pulled from one queue, sums that meet before the driver.
+"""The pool for a cluster of several nodes (or many workers, or --lag 1): a leader per
+node, matches pulled from one queue, sums that meet before the driver.
 
 Each node has a leader (an actor with no CPU of its own; one per 32 workers) that
 starts the node's workers and plays matches on them (a RayPool, with everything it
-does about dead and stuck workers). The leaders take the batch's matches from one
-queue (queue.py) as their workers free up, so no worker anywhere idles while a match
-is unplayed, and tell the queue now and then which they have finished. Each leader
-sums its node's matches exactly (sums.py) as they finish, and when the queue is empty
-and its matches are done it hands its node's sum to a reducer (another CPU-less
-actor, on the driver's node), which adds the node sums as they come and turns the
-total into float32 once. The driver starts each leader once a batch, reads the
-queue's reports a few times a batch and receives one array per update: what it does
-and receives does not grow with the batch.
+does about dead and stuck workers). The leaders take the matches from one queue
+(queue.py) as their workers free up, so no worker anywhere idles while a match is
+unplayed, and tell the queue now and then which they have finished. Each leader
+sums its node's matches of a batch exactly (sums.py) as they finish, and once the
+node holds no more of that batch's matches it hands its sum to a reducer (another
+CPU-less actor, on the driver's node), which adds the node sums as they come and
+gives the total, once, in float32. The driver adds each batch to the queue, starts
+the leaders that are not running, reads the queue's reports a few times a batch and
+receives one array per update: what it does and receives does not grow with the
+batch.
+
+With --lag 1 the next batch is added to the queue before this one is collected
+(submit, then collect): a worker that finishes this batch's last match it could get
+starts one of the next batch at once, with the weights the next batch plays.
 
 A leader that dies (its node lost) costs the matches it had taken: the queue hands
 them out again and the other leaders play them, with the same seeds. The sums are
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgpong.placement import groups, shares
-from pgpong.policy import EpisodeGradient, Params
+from pgpong.policy import Params
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -42,12 +47,13 @@ from pgpong.pool.base import (
 )
 from pgpong.pool.queue import QueueFeed, WorkQueue
 from pgpong.pool.ray_pool import RayPool
-from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
+from pgpong.pool.reducer import Reducer
+from pgpong.pool.sums import SUMMING, ExactSum, Played
 from pgpong.pool.worker import PublishedWeights, WorkerKind, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
 REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
-POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and once all leaders are done)
+POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and whenever a leader's run ends)
 # A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
 # a node with more workers gets several leaders, so that a batch's first matches all
 # start within a few milliseconds.
@@ -56,9 +62,8 @@ LEADER_WORKERS = 32
 
 @dataclass
 class NodeDone:
-    """What a node's leader returns when the queue is empty and its matches are done."""
+    """What a node's leader returns when the queue had nothing more for it and its matches are done."""
 
-    summed: list[int] = field(default_factory=list)  # the positions its sum brought into the total
     barrier_s: float = 0.0  # its workers' mean idle time at the end
     replaced: int = 0  # workers its pool has replaced since it started
     seconds: dict[str, float] = field(default_factory=dict)  # the leader's own phases
@@ -66,7 +71,7 @@ class NodeDone:
 
 class NodeLeader:
     """Runs on one node with no CPU of its own: that node's rollout workers, and the
-    sum of the matches they play."""
+    sums of the matches they play."""
 
     def __init__(self, settings: WorkerSettings, workers: int, kind: WorkerKind, limits: Limits):
         import ray
@@ -78,40 +83,48 @@ class NodeLeader:
         """This leader's node and how many of its workers run."""
         return self.node_id, self.pool.num_workers
 
-    def run(
-        self, method: str, published: PublishedWeights, queue: Any, reducer: Any, batch: int, node: int, *args: Any
-    ) -> NodeDone:
-        """Play matches from the queue on this node's workers until it is empty,
-        telling it every REPORT_SECONDS which are finished; "play" also sums them and
-        hands the sum to the reducer before returning."""
+    def run(self, queue: Any, reducer: Any, node: int) -> NodeDone:
+        """Play matches from the queue on this node's workers, of whichever batch it
+        hands out, until it has none left, telling it every REPORT_SECONDS which are
+        finished. Matches played ("play") are summed by batch, and a batch's sum goes
+        to the reducer as soon as the node holds no more of that batch's matches."""
         import ray
 
         measures = BatchMeasures()
-        total: ExactSum | None = None
-        summed: list[int] = []
-        finished: list[tuple[int, Any]] = []
+        feed = QueueFeed(queue, node)
+        sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
+        finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
-        feed = QueueFeed(queue, batch, node)
-        for position, result in self.pool.run(method, published, deque(), *args, measures=measures, feed=feed):
+        for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
+            feed.held[batch] -= 1
             if isinstance(result, Played):
-                total = total or ExactSum(len(result.grad.W2))
+                total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
                 total.add(result.grad)
                 summed.append(position)
                 result = result.stats
-            finished.append((position, result))
-            if time.monotonic() - last > REPORT_SECONDS:
-                queue.report.remote(batch, node, finished)
+            finished.append((batch, position, result))
+            if not feed.held[batch]:  # its last match here: the batch's stats, then its sum, leave now
+                feed.forget(batch)
+                ray.get(queue.report.remote(node, finished))  # in the queue before the sum completes the batch
                 finished, last = [], time.monotonic()
-        ray.get(queue.report.remote(batch, node, finished))  # in the queue before the driver hears we are done
-        if total is not None:
-            measures.add_seconds(SUMMING, total.seconds)
-        done = NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
-        if total is not None:
-            began = time.perf_counter()
-            if ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed)):
-                done.summed = summed
-            measures.add_seconds("send the sum", time.perf_counter() - began)
-        return done
+                if batch in sums:
+                    self._hand_over(reducer, batch, node, *sums.pop(batch), measures)
+            elif time.monotonic() - last > REPORT_SECONDS:
+                queue.report.remote(node, finished)
+                finished, last = [], time.monotonic()
+        ray.get(queue.report.remote(node, finished))  # in the queue before the driver hears the run is over
+        return NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
+
+    @staticmethod
+    def _hand_over(
+        reducer: Any, batch: int, node: int, total: ExactSum, summed: list[int], measures: BatchMeasures
+    ) -> None:
+        import ray
+
+        measures.add_seconds(SUMMING, total.seconds)
+        began = time.perf_counter()
+        ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed))
+        measures.add_seconds("send the sum", time.perf_counter() - began)
 
     def call_all(self, method: str, *args: Any) -> list:
         return self.pool.call_all(method, *args)
@@ -120,44 +133,16 @@ class NodeLeader:
         self.pool.close()
 
 
-class Reducer:
-    """On the driver's node, with no CPU of its own: adds the nodes' sums of a batch as
-    they come, then gives the total once, in float32. It knows which matches each
-    node's sum brought, and takes nothing more from a node declared lost."""
+@dataclass
+class _InPlay:
+    """A batch in the queue, as the driver follows it."""
 
-    def __init__(self) -> None:
-        self._start(-1)
-
-    def _start(self, batch: int) -> None:
-        self.batch = batch
-        self.total: ExactSum | None = None
-        self.counted: dict[int, list[int]] = {}
-        self.closed: set[int] = set()
-
-    def add(self, batch: int, node: int, part: IntegerGradient, positions: list[int]) -> bool:
-        """Add `node`'s sum (of the matches at `positions`); False if the node was
-        declared lost meanwhile (its matches are being played again)."""
-        if batch != self.batch:
-            self._start(batch)
-        if node in self.closed:
-            return False
-        total = self.total = self.total or ExactSum(len(part.W2))
-        total.add(part)
-        self.counted.setdefault(node, []).extend(positions)
-        return True
-
-    def close(self, batch: int, node: int) -> list[int]:
-        """`node` is lost: from now on nothing of it is added. The matches its sums brought."""
-        if batch != self.batch:
-            self._start(batch)
-        self.closed.add(node)
-        return self.counted.get(node, [])
-
-    def result(self, batch: int) -> EpisodeGradient:
-        assert batch == self.batch and self.total is not None, "a batch has at least one match"
-        total = self.total
-        self._start(-1)
-        return total.compact().to_float()
+    episodes: list[EpisodeId]
+    method: str
+    measures: BatchMeasures
+    inputs: int = 0  # the weights' inputs (W1's columns), for "play"
+    heard: list[tuple[int, Any]] = field(default_factory=list)  # (position, stats or result) not yet handed on
+    reported: set[int] = field(default_factory=set)
 
 
 class ClusterPool:
@@ -188,7 +173,10 @@ class ClusterPool:
         self._leaders: dict[Any, int] = {}  # leader -> its running workers
         self._names: dict[Any, int] = {}  # leader -> its number in the queue's books
         self._lost_replaced = 0  # workers that went with a lost leader
-        self._batch = 0
+        self._batch = 0  # the newest batch's number
+        self._in_play: dict[int, _InPlay] = {}  # batches in the queue, oldest first
+        self._runs: dict[Any, tuple[Any, int]] = {}  # a leader's run -> (the leader, self._added when it began)
+        self._added = 0  # how many times matches were added to the queue (batches, and a lost node's)
         try:
             started = ray.get([leader.ready.remote() for leader in leaders], timeout=limits.start_s)
         except ray.exceptions.RayError as exc:
@@ -216,116 +204,183 @@ class ClusterPool:
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> BatchResult:
         """Play the batch on every node; the exact sum of its gradients, from the reducer."""
+        return self.collect(self.submit(weights, episodes), finished)
+
+    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
+        """Add the batch to the queue (after those in play): the leaders start on it as
+        their workers free up. A ticket for collect."""
         measures = BatchMeasures()
         published, seconds = publish(weights)
         measures.add_seconds("publish weights", seconds)
-        replaced, in_order = self.replaced, InOrder(finished)
-        for position, stats in self._run("play", published, episodes, measures):
+        batch = self._add("play", published, episodes, measures)
+        self._in_play[batch].inputs = weights.W1.shape[1]
+        return batch
+
+    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
+        """Wait for the batch's matches (their stats to `finished`, in order); the exact
+        sum of its gradients, from the reducer."""
+        in_play = self._in_play[ticket]
+        measures, replaced, in_order = in_play.measures, self.replaced, InOrder(finished)
+        result = self._reducer.result.remote(ticket)
+        for position, stats in self._follow(ticket, [result]):
             in_order.add(position, stats)
-        if in_order.next != len(episodes):  # each match's stats reach the trainer, or the batch fails
-            raise PoolError(f"the stats of {len(episodes) - in_order.next} match(es) of the batch never arrived")
+        if in_order.next != len(in_play.episodes):  # each match's stats reach the trainer, or the batch fails
+            missing = len(in_play.episodes) - in_order.next
+            raise PoolError(f"the stats of {missing} match(es) of the batch never arrived")
+        self._over(ticket)
         began = time.perf_counter()
-        part = self._ray.get(self._reducer.result.remote(self._batch), timeout=self._limits.stall_s)
+        part = self._ray.get(result, timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
         began = time.perf_counter()
-        grad = part.dense(weights.W1.shape[1])
+        grad = part.dense(in_play.inputs)
         measures.add_seconds(SUMMING, time.perf_counter() - began)
         measures.bytes_in = part.nbytes
         measures.replaced = self.replaced - replaced
         return BatchResult(grad, measures)
 
+    def cancel(self) -> None:
+        """Drop the batches in play: nothing more of them is handed out, summed or heard.
+        (Matches already started end on their own.)"""
+        ray = self._ray
+        for batch in list(self._in_play):
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get([self._queue.drop.remote(batch), self._reducer.forget.remote(batch)], timeout=10)
+            del self._in_play[batch]
+
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
+        batch = self._add("evaluate", publish(weights)[0], matches, BatchMeasures(), greedy)
         results: dict[int, MatchResult] = {}
         next_out = 0
-        for position, result in self._run("evaluate", publish(weights)[0], matches, BatchMeasures(), greedy):
-            results.setdefault(position, result)
-            while next_out in results:
-                yield results.pop(next_out)
-                next_out += 1
+        try:
+            for position, result in self._follow(batch, []):
+                results.setdefault(position, result)
+                while next_out in results:
+                    yield results.pop(next_out)
+                    next_out += 1
+        finally:
+            self._over(batch)
 
-    def _run(
+    def _add(
         self, method: str, published: PublishedWeights, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
-    ) -> Iterator[tuple[int, Any]]:
-        """Put the episodes in the queue and have every leader play from it until each
-        is accounted for (for "play", once its node's sum is in the reducer); yield
-        (position, stats or result) as the queue's reports come. A lost leader's
-        matches go back to the queue; leaders start again while some are unaccounted."""
+    ) -> int:
+        """Put a batch in the queue (and, to be summed, in the reducer), and start the
+        leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
-        ray.get(self._queue.reset.remote(self._batch, episodes), timeout=stall_s)
-        runs: dict[Any, Any] = {}  # a leader's run -> the leader
-        accounted: set[int] = set()
+        calls = [self._queue.add.remote(self._batch, episodes, (method, published, args))]
+        if method == "play":
+            calls.append(self._reducer.open.remote(self._batch, len(episodes)))
+        ray.get(calls, timeout=stall_s)
+        self._in_play[self._batch] = _InPlay(episodes, method, measures)
+        self._added += 1
+        self._start_leaders()
+        return self._batch
+
+    def _over(self, batch: int) -> None:
+        self._queue.drop.remote(batch)
+        self._in_play.pop(batch, None)
+
+    def _follow(self, batch: int, result: list) -> Iterator[tuple[int, Any]]:
+        """Yield (position, stats or result) of the batch's matches as the queue's
+        reports come, until every match is accounted for: for "play", once `result`
+        (the reducer's answer) is ready, as every match is in the sum; for
+        "evaluate", once each is reported. Leaders' runs that end are started again
+        when matches were added after they began; a lost leader's matches go back to
+        the queue."""
+        ray, stall_s = self._ray, self._limits.stall_s
+        in_play = self._in_play[batch]
         ends: dict[Any, tuple[float, float]] = {}  # leader -> when its run ended, its barrier
-        seen, last_progress, next_poll = 0, time.monotonic(), time.monotonic() + POLL_SECONDS
-        while len(accounted) < len(episodes):
-            if not runs:  # a round: every leader plays from the queue until it is empty
-                for leader, number in self._names.items():
-                    runs[self._call(leader, method, published, number, *args)] = leader
-            done, _ = ray.wait(list(runs), num_returns=1, timeout=max(0.0, next_poll - time.monotonic()))
-            for ref in done:
-                leader = runs.pop(ref)
-                summed = self._ended(ref, leader, method, ends, measures)
-                accounted.update(summed)
-            if time.monotonic() >= next_poll or not runs:  # every POLL_SECONDS, and once all runs are over
-                items, seen = ray.get(self._queue.progress.remote(seen), timeout=stall_s)
-                self._heard(items)
-                for _, position, item in items:
-                    if method == "evaluate":  # a match's result is all there is of it
-                        accounted.add(position)
-                    yield position, item
-                last_progress = time.monotonic() if items else last_progress
+        last_progress, next_poll = time.monotonic(), time.monotonic() + POLL_SECONDS
+        summed = False  # for "play": the reducer's answer is ready
+        while not summed and not (not result and len(in_play.reported) == len(in_play.episodes)):
+            if not self._runs and not result:  # (a round: evaluation's matches only come back with a lost node)
+                self._start_leaders()
+            done, _ = ray.wait([*result, *self._runs], num_returns=1, timeout=max(0.0, next_poll - time.monotonic()))
+            summed = bool(result) and result[0] in done
+            ended = [ref for ref in done if ref in self._runs]
+            for ref in ended:
+                self._ended(ref, ends, in_play.measures)
+            if time.monotonic() >= next_poll or ended:
+                if self._read_reports() or ended:
+                    last_progress = time.monotonic()
                 next_poll = time.monotonic() + POLL_SECONDS
-            if time.monotonic() - last_progress > stall_s:
+                yield from self._take_heard(in_play)
+            if time.monotonic() - last_progress > stall_s and not summed:
                 raise PoolError(f"no match finished in {stall_s:.0f} s; giving up")
-        # Every match is in the sum, but the last reports may not have been read yet
-        # (the loop polls on a clock, and once every run is over): read them now.
-        items, seen = ray.get(self._queue.progress.remote(seen), timeout=stall_s)
-        self._heard(items)
-        yield from ((position, item) for _, position, item in items)
+        # Every match is in: the last reports were sent before the last sum, so one more
+        # read brings them all.
+        self._read_reports()
+        yield from self._take_heard(in_play)
         end = time.perf_counter()
         idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
-        measures.barrier_s = idle / max(1, self.num_workers)
+        in_play.measures.barrier_s = idle / max(1, self.num_workers)
 
-    def _ended(self, ref: Any, leader: Any, method: str, ends: dict, measures: BatchMeasures) -> list[int]:
-        """A leader's run is over: the positions its sum brought in. A leader lost on
-        the way is closed at the reducer and its other matches go back to the queue."""
+    @staticmethod
+    def _take_heard(in_play: _InPlay) -> Iterator[tuple[int, Any]]:
+        heard, in_play.heard = in_play.heard, []
+        yield from heard
+
+    def _read_reports(self) -> bool:
+        """Read what the nodes reported since the last read, into each batch's heard
+        list (the next batch's too); whether there was any."""
+        reports = self._ray.get(self._queue.progress.remote(), timeout=self._limits.stall_s)
+        self._heard(reports)
+        for batch, _, position, item in reports:
+            in_play = self._in_play.get(batch)
+            if in_play is not None and position not in in_play.reported:  # a match played again after its node was lost
+                in_play.reported.add(position)
+                in_play.heard.append((position, item))
+        return bool(reports)
+
+    def _start_leaders(self) -> None:
+        """Start a run on every leader that has none."""
+        running = {leader for leader, _ in self._runs.values()}
+        for leader, number in self._names.items():
+            if leader not in running:
+                self._runs[self._call(leader, number)] = (leader, self._added)
+
+    def _ended(self, ref: Any, ends: dict, measures: BatchMeasures) -> None:
+        """A leader's run is over: the queue had nothing more for it. It starts again if
+        matches were added since it began; a leader lost on the way is closed at the
+        reducer and its other matches go back to the queue."""
         ray = self._ray
+        leader, added = self._runs.pop(ref)
         try:
             done: NodeDone = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
             raise PoolError(failure_reason(exc)) from None
         except ray.exceptions.RayError as exc:  # the leader or its node is lost
-            return self._lost(leader, method, exc)  # what its sum brought in before
+            self._lost(leader, exc)
+            return
         ends[leader] = (time.perf_counter(), done.barrier_s)
         self._replaced[leader] = done.replaced
         for phase, seconds in done.seconds.items():
             measures.node_seconds[phase] = measures.node_seconds.get(phase, 0.0) + seconds / len(self._names)
-        return done.summed
+        if added < self._added and leader in self._names:
+            self._runs[self._call(leader, self._names[leader])] = (leader, self._added)
 
-    def _heard(self, items: list[tuple[int, int, Any]]) -> None:
-        """The queue's reports: (node number, position, stats or result). (A hook for tests.)"""
+    def _heard(self, reports: list[tuple[int, int, int, Any]]) -> None:
+        """The queue's reports: (batch, node number, position, stats or result). (A hook for tests.)"""
 
-    def _call(self, leader: Any, method: str, published: PublishedWeights, number: int, *args: Any) -> Any:
-        return leader.run.remote(method, published, self._queue, self._reducer, self._batch, number, *args)
+    def _call(self, leader: Any, number: int) -> Any:
+        return leader.run.remote(self._queue, self._reducer, number)
 
-    def _lost(self, leader: Any, method: str, exc: BaseException) -> list[int]:
-        """Close a lost leader: its matches not in the sum go back to the queue; the
-        positions its sums brought into the reducer before (they stay)."""
+    def _lost(self, leader: Any, exc: BaseException) -> None:
+        """Close a lost leader: its matches not in a sum go back to the queue (those its
+        sums brought into the reducer before stay), for the other leaders to play."""
         ray, stall_s = self._ray, self._limits.stall_s
-        keep: list[int] | None = None
         if leader in self._leaders:
             number = self._names.pop(leader)
-            keep = (
-                ray.get(self._reducer.close.remote(self._batch, number), timeout=stall_s) if method == "play" else None
-            )
+            keep = ray.get(self._reducer.close.remote(number), timeout=stall_s)
             ray.get(self._queue.give_back.remote(number, keep), timeout=stall_s)
             self._lost_replaced += self._leaders.pop(leader)
             self._replaced.pop(leader, None)
             self._tell_queue_the_workers()
             ray.kill(leader, no_restart=True)
+            self._added += 1  # the matches it had: the leaders whose runs are over start again
+            self._start_leaders()
         if not self._leaders:
             raise PoolError(f"every node's leader is lost: {failure_reason(exc)}")
-        return keep or []
 
     def _tell_queue_the_workers(self) -> None:
         queue: Any = self._queue

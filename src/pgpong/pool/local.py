@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from threadpoolctl import threadpool_limits
 
 from pgpong.policy import Params
-from pgpong.pool.base import BatchMeasures, BatchResult, Finished, WorkerSettings, ignore_episode
+from pgpong.pool.base import BatchMeasures, BatchResult, Finished, OneBatchAtATime, WorkerSettings, ignore_episode
 from pgpong.pool.sums import SUMMING, ExactSum
 from pgpong.pool.worker import RolloutWorker
 from pgpong.rollout import EpisodeId, MatchResult
 
 
-class LocalPool:
+class LocalPool(OneBatchAtATime):
     """Plays the episodes one after another in this process (--workers 0)."""
 
     num_workers = 0
@@ -21,6 +21,7 @@ class LocalPool:
 
     def __init__(self, settings: WorkerSettings):
         self.worker = RolloutWorker(settings, pin_threads=False)
+        self._waiting = {}
         self._limit = threadpool_limits(1)  # restored by close()
 
     def play_batch(

@@ -1,107 +1,158 @@
-"""A cluster's batch queue: the matches of the batch, handed out to whichever node has
-free workers, so that no worker anywhere idles while a match of the batch is unplayed;
-and what the nodes say they have played, for the driver to read a few times a batch.
+"""A cluster's queue of matches: the matches of the batches in play, handed out to
+whichever node has free workers, so that no worker anywhere idles while a match is
+unplayed; and what the nodes say they have played, for the driver to read a few
+times a batch.
 
-WorkQueue is a small Ray actor (no CPU of its own, next to the driver). Each node's
-leader asks it for as many matches as its node has free workers (twice as many while
-the queue holds at least two matches per worker of the cluster, so that a worker
-finds its next match waiting), asks again as its workers free up, and tells it now
-and then which matches it has finished (their stats or results); QueueFeed is the
-leader's side of that. The queue remembers which node took which matches, so that a
-lost node's can be handed out again. Who plays which match does not change the
-weights: the gradients are summed exactly (sums.py).
+WorkQueue is a small Ray actor (no CPU of its own, next to the driver). The driver
+adds a batch to it (with what to do with its matches and the weights to play them
+with); usually one batch is in it at a time, two with --lag 1, where the next batch
+is added while the last matches of this one play. Each node's leader asks it for as
+many matches as its node has free workers (twice as many while the queue holds at
+least two matches per worker of the cluster, so that a worker finds its next match
+waiting), the oldest batch's first; asks again as its workers free up; and tells it
+now and then which matches it has finished (their stats or results). QueueFeed is
+the leader's side of that. The queue remembers which node took which matches, so
+that a lost node's can be handed out again. Who plays which match does not change
+the weights: the gradients are summed exactly (sums.py).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Any
 
+from pgpong.pool.base import Job
 from pgpong.rollout import EpisodeId
+
+Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
+
+
+@dataclass
+class QueuedBatch:
+    episodes: list[EpisodeId]
+    job: Job
+    todo: deque[int] = field(default_factory=deque)  # positions not handed out
+    taken: dict[int, list[int]] = field(default_factory=dict)  # node -> positions it took
+    reported: dict[int, set[int]] = field(default_factory=dict)  # node -> positions it reported
 
 
 class WorkQueue:
-    """The matches of the current batch not yet handed out, who took the others, and
-    what the nodes reported of them."""
+    """The batches in play: their matches not yet handed out, who took the others, and
+    what the nodes reported of them since the driver last read it."""
 
     def __init__(self, workers: int):
         self.workers = workers  # of the whole cluster
-        self.batch = -1
-        self.episodes: list[EpisodeId] = []
-        self.todo: deque[int] = deque()  # positions in the batch
-        self.taken: dict[int, list[int]] = {}  # node -> positions it took
-        self.reported: list[tuple[int, int, Any]] = []  # (node, position, stats or result), as they came
-        self.handed = 0  # matches handed out in this batch, those handed out again included
+        self.batches: dict[int, QueuedBatch] = {}  # in the order they were added
+        self.reports: list[Report] = []
+        self.handed = 0  # matches handed out, those handed out again included
 
-    def reset(self, batch: int, episodes: list[EpisodeId]) -> None:
-        """A new batch: every match to be handed out."""
-        self.batch, self.episodes = batch, episodes
-        self.todo = deque(range(len(episodes)))
-        self.taken, self.reported, self.handed = {}, [], 0
+    def add(self, batch: int, episodes: list[EpisodeId], job: Job) -> None:
+        """A batch to play: every match to be handed out, after the earlier batches'."""
+        self.batches[batch] = QueuedBatch(episodes, job, deque(range(len(episodes))))
+
+    def drop(self, batch: int) -> None:
+        """The batch is over (or cancelled): nothing more of it is handed out or heard."""
+        self.batches.pop(batch, None)
 
     def set_workers(self, workers: int) -> None:
         self.workers = workers
 
-    def take(self, batch: int, node: int, free: int) -> tuple[list[tuple[int, EpisodeId]], int]:
-        """Up to `free` matches for `node` (twice as many while plenty are left), as
-        (position, episode), and how many are left after them."""
-        if batch != self.batch:
-            return [], 0  # a request from an earlier batch
-        wanted = 2 * free if len(self.todo) >= 2 * self.workers else free
-        given = [self.todo.popleft() for _ in range(min(wanted, len(self.todo)))]
-        self.taken.setdefault(node, []).extend(given)
+    def take(self, node: int, free: int) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int]:
+        """Up to `free` matches for `node` (twice as many while plenty are left), the
+        oldest batch's first, as (batch, position, episode); the jobs of the batches in
+        play; and how many matches are left after these."""
+        left = sum(len(queued.todo) for queued in self.batches.values())
+        wanted = min(2 * free if left >= 2 * self.workers else free, left)
+        given: list[tuple[int, int, EpisodeId]] = []
+        for batch, queued in self.batches.items():
+            while queued.todo and len(given) < wanted:
+                position = queued.todo.popleft()
+                queued.taken.setdefault(node, []).append(position)
+                given.append((batch, position, queued.episodes[position]))
         self.handed += len(given)
-        return [(p, self.episodes[p]) for p in given], len(self.todo)
+        jobs = {batch: queued.job for batch, queued in self.batches.items()}
+        return given, jobs, left - len(given)
 
-    def report(self, batch: int, node: int, finished: list[tuple[int, Any]]) -> None:
-        """`node` has finished these matches: (position, stats or result)."""
-        if batch == self.batch:
-            self.reported.extend((node, position, item) for position, item in finished)
+    def report(self, node: int, finished: list[tuple[int, int, Any]]) -> None:
+        """`node` has finished these matches: (batch, position, stats or result)."""
+        for batch, position, item in finished:
+            if batch in self.batches:
+                self.batches[batch].reported.setdefault(node, set()).add(position)
+                self.reports.append((batch, node, position, item))
 
-    def progress(self, since: int) -> tuple[list[tuple[int, int, Any]], int]:
-        """What the nodes reported after the first `since` reports, and how many there are now."""
-        return self.reported[since:], len(self.reported)
+    def progress(self) -> list[Report]:
+        """What the nodes reported since the last call (the driver is the one reader)."""
+        reports, self.reports = self.reports, []
+        return reports
 
-    def give_back(self, node: int, keep: list[int] | None = None) -> int:
-        """`node` is lost: the matches it took go first to whoever asks next, but those
-        in `keep` (already in the batch's sum), or, when `keep` is None, those it
-        reported (a match's result is all there is of it)."""
-        kept = set(keep) if keep is not None else {p for n, p, _ in self.reported if n == node}
-        lost = [p for p in self.taken.pop(node, []) if p not in kept]
-        self.todo.extendleft(reversed(lost))
-        return len(lost)
+    def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
+        """`node` is lost: the matches it took go first to whoever asks next, but, for
+        each batch, those in `keep` (already in the batch's sum), or, when `keep` is
+        None, those it reported (a match's result is all there is of it)."""
+        lost_count = 0
+        for batch, queued in self.batches.items():
+            reported = queued.reported.pop(node, set())
+            kept = set(keep.get(batch, ())) if keep is not None else reported
+            lost = [p for p in queued.taken.pop(node, []) if p not in kept]
+            queued.todo.extendleft(reversed(lost))
+            lost_count += len(lost)
+        return lost_count
 
     def handed_out(self) -> int:
         return self.handed
 
-    def taken_by(self, node: int) -> int:
-        return len(self.taken.get(node, []))
+    def taken_by(self, node: int, batch: int) -> int:
+        queued = self.batches.get(batch)
+        return len(queued.taken.get(node, [])) if queued is not None else 0
 
 
 class QueueFeed:
     """A node leader's side of the queue: asks for matches when the node has free
-    workers without one, one request at a time (RayPool.run waits on it)."""
+    workers without one, one request at a time (RayPool.run waits on it), and knows
+    each batch's job. After an empty answer it asks again only once a match of the
+    node has finished since (with --lag 1 the next batch may have come meanwhile);
+    it is exhausted while the last answer was empty and no request is out."""
 
-    def __init__(self, queue: Any, batch: int, node: int):
-        self.queue, self.batch, self.node = queue, batch, node
+    def __init__(self, queue: Any, node: int):
+        self.queue, self.node = queue, node
         self.remaining = 1  # unknown until the first answer: at least one
-        self.exhausted = False
+        self.jobs: dict[int, Job] = {}
+        self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self._request: Any = None
+        self._empty_with: int | None = None  # matches held when the last answer came back empty
+        self._asked_holding = 0  # matches held when the request out was made
+
+    @property
+    def exhausted(self) -> bool:
+        return self._empty_with is not None and self._request is None
 
     def pending(self) -> list:
         return [self._request] if self._request is not None else []
 
     def ask(self, local: int, free: int) -> None:
-        if self._request is None and not self.exhausted and local < free:
-            self._request = self.queue.take.remote(self.batch, self.node, free - local)
+        held = self.held.total()
+        if self._request is None and local < free and (self._empty_with is None or held < self._empty_with):
+            self._request = self.queue.take.remote(self.node, free - local)
+            self._asked_holding = held
 
     def receive(self, ref: Any) -> list | None:
+        """The matches a request brought, as ((batch, position), episode); None if `ref` is not ours."""
         if ref != self._request:
             return None
         import ray
 
         self._request = None
-        given, self.remaining = ray.get(ref)
-        if not given:
-            self.exhausted = True
-        return given
+        given, jobs, self.remaining = ray.get(ref)
+        self.jobs.update(jobs)
+        self._empty_with = None if given else self._asked_holding
+        self.held.update(batch for batch, _, _ in given)
+        return [((batch, position), episode) for batch, position, episode in given]
+
+    def job(self, key: tuple[int, int]) -> Job:
+        return self.jobs[key[0]]
+
+    def forget(self, batch: int) -> None:
+        """This node has no more matches of `batch` in hand: its job may go (the
+        weights' reference with it), until a later answer brings it again."""
+        self.jobs.pop(batch, None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 from pgpong.cluster import cluster_cpus
@@ -22,7 +22,9 @@ from pgpong.pool.base import (
     BatchResult,
     Finished,
     InOrder,
+    Job,
     Limits,
+    OneBatchAtATime,
     PoolError,
     WorkerSettings,
     failure_reason,
@@ -30,7 +32,7 @@ from pgpong.pool.base import (
 )
 from pgpong.pool.handout import LOOKAHEAD, HandOut, Watch
 from pgpong.pool.sums import SUMMING, ExactSum, Played
-from pgpong.pool.worker import PublishedWeights, RolloutWorker, Slot, WorkerKind, process_of, publish, worker_env
+from pgpong.pool.worker import RolloutWorker, Slot, WorkerKind, process_of, publish, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
 
@@ -129,7 +131,9 @@ class Feed(Protocol):
     """Episodes for a run that come from elsewhere as it goes (a cluster's queue)."""
 
     remaining: int  # episodes still elsewhere, as last heard
-    exhausted: bool  # nothing more will come
+
+    @property
+    def exhausted(self) -> bool: ...  # nothing more will come unless asked again
 
     def pending(self) -> list: ...  # the requests in flight, to wait on
 
@@ -138,7 +142,7 @@ class Feed(Protocol):
     def receive(self, ref: Any) -> list | None: ...  # what a finished request brought (None: not ours)
 
 
-class RayPool:
+class RayPool(OneBatchAtATime):
     """Long-lived Ray actors, one CPU each, playing the batches: each episode to the
     first free worker."""
 
@@ -155,6 +159,7 @@ class RayPool:
         self._ray = ray
         self._limits = limits = limits or Limits()
         self._watch = Watch(limits.stuck_floor_s, limits.stuck_multiple)
+        self._waiting = {}
         self.crew = Crew(settings, num_workers or cluster_cpus(), kind or WorkerKind(RolloutWorker), node_id, limits)
 
     @property
@@ -173,7 +178,8 @@ class RayPool:
         published, seconds = publish(weights)
         measures.add_seconds("publish weights", seconds)
         replaced, total, in_order = self.replaced, ExactSum(weights.hidden), InOrder(finished)
-        for position, played in self.run("play", published, deque(enumerate(episodes)), measures=measures):
+        job = ("play", published, ())
+        for position, played in self.run(deque(enumerate(episodes)), lambda key: job, measures=measures):
             total.add(played.grad)
             in_order.add(position, played.stats)
         grad = total.to_params()
@@ -184,7 +190,8 @@ class RayPool:
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         results: dict[int, MatchResult] = {}
         next_out = 0
-        for position, result in self.run("evaluate", publish(weights)[0], deque(enumerate(matches)), greedy):
+        job = ("evaluate", publish(weights)[0], (greedy,))
+        for position, result in self.run(deque(enumerate(matches)), lambda key: job):
             results[position] = result
             while next_out in results:
                 yield results.pop(next_out)
@@ -192,17 +199,15 @@ class RayPool:
 
     def run(
         self,
-        method: str,
-        published: PublishedWeights,
         todo: deque,
-        *args: Any,
+        job: Callable[[Any], Job],
         measures: BatchMeasures | None = None,
         feed: Feed | None = None,
     ) -> Iterator[tuple[Any, Any]]:
-        """Call RolloutWorker.`method`(published, episode, *args) for every (key,
-        episode) of `todo`, and of what `feed` brings, each on the first free worker;
-        yield (key, result) as each finishes. `measures` gets the bytes received and
-        the barrier."""
+        """For every (key, episode) of `todo`, and of what `feed` brings, call
+        RolloutWorker.`method`(published, episode, *args), where (method, published,
+        args) = job(key), each on the first free worker; yield (key, result) as each
+        finishes. `measures` gets the bytes received and the barrier."""
         ray, crew, stall_s = self._ray, self.crew, self._limits.stall_s
         measures = measures or BatchMeasures()
         hand = HandOut(crew.ready)
@@ -215,6 +220,7 @@ class RayPool:
                 feed.ask(len(todo), hand.free())
             began = time.perf_counter()
             for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):
+                method, published, args = job(key)
                 running[getattr(worker, method).remote(published, episode, *args)] = (worker, key, episode)
                 watch.busy(worker)
             measures.add_seconds(HANDING_OUT, time.perf_counter() - began)

@@ -72,21 +72,27 @@ def publish(weights: Params) -> tuple[PublishedWeights, float]:
 
 
 class WeightsCache:
-    """A worker's copy of the newest published weights: called with the weights or
+    """A worker's copies of the newest published weights: called with the weights or
     their reference, it returns the weights, fetched from the object store only
-    when the reference is new."""
+    when the reference is new. It keeps the two newest, for with --lag 1 on a
+    cluster a worker may play matches of two batches by turns (pool/queue.py)."""
+
+    KEPT = 2
 
     def __init__(self) -> None:
-        self._published: tuple[Any, Params] | None = None  # the newest reference, and its weights
+        self._published: list[tuple[Any, Params]] = []  # (reference, weights), the newest last
 
     def __call__(self, weights: Params | PublishedWeights) -> Params:
         if isinstance(weights, Params):
             return weights
-        if self._published is None or self._published[0] != weights.ref:
-            import ray
+        for ref, params in self._published:
+            if ref == weights.ref:
+                return params
+        import ray
 
-            self._published = (weights.ref, ray.get(weights.ref, timeout=FETCH_SECONDS))
-        return self._published[1]
+        params = ray.get(weights.ref, timeout=FETCH_SECONDS)
+        self._published = [*self._published[1 - self.KEPT :], (weights.ref, params)]
+        return params
 
 
 class RolloutWorker:
