@@ -69,6 +69,8 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "efficiency": median("efficiency"),
         "best_whole_matches_s": median("best_whole_matches_s"),
         "of_best_whole_matches": median("of_best_whole_matches"),
+        "work_per_worker_s": median("work_per_worker_s"),
+        "of_work_per_worker": median("of_work_per_worker"),
         "overhead_s": median("overhead_s"),
         "driver_cpu_ms": median("driver_cpu_ms"),
         "bytes_into_driver": median("bytes_into_driver"),
@@ -120,6 +122,7 @@ def thread_cpu_seconds() -> dict[str, float]:
 def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, Any]:
     durations, seconds = report.durations, report.row.batch_s
     lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
+    work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
     schedule = first_free(durations, workers, RAY_PAUSE_S)
     return {
         "seconds": seconds,
@@ -127,6 +130,8 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, An
         "efficiency": lower / seconds,
         "best_whole_matches_s": best,  # the best any schedule of whole matches could do
         "of_best_whole_matches": seconds / best,
+        "work_per_worker_s": work,
+        "of_work_per_worker": seconds / work,
         "schedule_s": schedule,  # pgpong's own rule with these matches: first free worker, Ray's pause between
         "overhead_s": seconds - schedule,  # the rest: publishing, sums, the step, and this machine's contention
         "driver_cpu_ms": 1e3 * cpu_s,

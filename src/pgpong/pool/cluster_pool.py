@@ -104,7 +104,6 @@ class NodeLeader:
                 result = result.stats
             finished.append((batch, position, result))
             if not feed.held[batch]:  # its last match here: the batch's stats, then its sum, leave now
-                feed.forget(batch)
                 ray.get(queue.report.remote(node, finished))  # in the queue before the sum completes the batch
                 finished, last = [], time.monotonic()
                 if batch in sums:

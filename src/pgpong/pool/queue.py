@@ -58,10 +58,13 @@ class WorkQueue:
     def set_workers(self, workers: int) -> None:
         self.workers = workers
 
-    def take(self, node: int, free: int) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int]:
+    def take(
+        self, node: int, free: int, known: tuple[int, ...] = ()
+    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int]:
         """Up to `free` matches for `node` (twice as many while plenty are left), the
-        oldest batch's first, as (batch, position, episode); the jobs of the batches in
-        play; and how many matches are left after these."""
+        oldest batch's first, as (batch, position, episode); the jobs of their batches
+        but those `known` to the node (each job holds a reference to the weights,
+        which Ray counts each time one is passed); and how many matches are left."""
         left = sum(len(queued.todo) for queued in self.batches.values())
         wanted = min(2 * free if left >= 2 * self.workers else free, left)
         given: list[tuple[int, int, EpisodeId]] = []
@@ -71,8 +74,8 @@ class WorkQueue:
                 queued.taken.setdefault(node, []).append(position)
                 given.append((batch, position, queued.episodes[position]))
         self.handed += len(given)
-        jobs = {batch: queued.job for batch, queued in self.batches.items()}
-        return given, jobs, left - len(given)
+        batches = {batch for batch, _, _ in given} - set(known)
+        return given, {batch: self.batches[batch].job for batch in batches}, left - len(given)
 
     def report(self, node: int, finished: list[tuple[int, int, Any]]) -> None:
         """`node` has finished these matches: (batch, position, stats or result)."""
@@ -114,6 +117,8 @@ class QueueFeed:
     node has finished since (with --lag 1 the next batch may have come meanwhile);
     it is exhausted while the last answer was empty and no request is out."""
 
+    KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
+
     def __init__(self, queue: Any, node: int):
         self.queue, self.node = queue, node
         self.remaining = 1  # unknown until the first answer: at least one
@@ -133,7 +138,7 @@ class QueueFeed:
     def ask(self, local: int, free: int) -> None:
         held = self.held.total()
         if self._request is None and local < free and (self._empty_with is None or held < self._empty_with):
-            self._request = self.queue.take.remote(self.node, free - local)
+            self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs))
             self._asked_holding = held
 
     def receive(self, ref: Any) -> list | None:
@@ -145,14 +150,11 @@ class QueueFeed:
         self._request = None
         given, jobs, self.remaining = ray.get(ref)
         self.jobs.update(jobs)
+        for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
+            del self.jobs[batch]
         self._empty_with = None if given else self._asked_holding
         self.held.update(batch for batch, _, _ in given)
         return [((batch, position), episode) for batch, position, episode in given]
 
     def job(self, key: tuple[int, int]) -> Job:
         return self.jobs[key[0]]
-
-    def forget(self, batch: int) -> None:
-        """This node has no more matches of `batch` in hand: its job may go (the
-        weights' reference with it), until a later answer brings it again."""
-        self.jobs.pop(batch, None)
