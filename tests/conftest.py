@@ -86,6 +86,9 @@ class ScriptedPool:
     def __init__(self, scores):
         self.scores = iter(scores)
 
+    def cancel(self):
+        pass
+
     def play_batch(self, weights, episodes, finished=lambda result: None):
         from pgpong.pool import BatchMeasures, BatchResult
         from pgpong.pool.sums import ExactSum, IntegerGradient

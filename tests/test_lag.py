@@ -120,6 +120,7 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         run = open_run(tmp_path / "split", {**settings, "iterations": None, "workers": 2})
         with open_trainer(run, pool, {}, tensorboard=False) as trainer:
             trainer.train(stop=lambda state: state.batch >= 2)
+        assert not pool._in_play and ray.get(pool._queue.in_play.remote()) == []  # batch 3 was dropped
         resumed = train_in_process(tmp_path / "split", 2, 4, settings, pool=pool)
         assert same(alone.weights, resumed.weights) and same(alone.previous, resumed.previous)
     finally:

@@ -50,22 +50,20 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
 
 @pytest.mark.slow
 def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
-    """--lag 1: the next batch is in the queue while this one's last matches play, so a
-    worker never waits for the slowest match of the batch: with 8 matches of the same
-    length on 4 workers (two waves), nobody idles at the end of a batch."""
+    """--lag 1: the next batch is in the queue while this one's last matches play, so
+    no worker waits for the slowest match of the batch: with full matches of different
+    lengths, the leader's run never ends (it would, at every batch, without a lag)."""
     proc = run_pgpong(
-        "bench", "--simulate", "1x4", "--batch-size", "8", "--bank-matches", "1", "--max-episode-steps", "150",
+        "bench", "--simulate", "1x4", "--batch-size", "6", "--bank-matches", "3",
         "--update-batches", "3", "--lag", "1", "--json",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["simulated"]["lag"] == 1
+    assert report["simulated"]["lag"] == 1 and len(set(report["bank"]["steps"])) > 1
     (update,) = report["updates"]
-    assert (update["batch_size"], update["workers"], len(update["updates"])) == (8, 4, 3)
-    match_s = report["bank"]["steps"][0] / report["bank"]["steps_per_s_per_core"]
-    assert update["lower_bound_s"] == pytest.approx(2 * match_s, rel=1e-6)  # two waves of one banked match
+    assert (update["batch_size"], update["workers"], len(update["updates"])) == (6, 4, 3)
     assert update["seconds_per_update"] > 0 and update["bytes_into_driver"] > 0
-    assert update["barrier_s"] < 0.5 * match_s  # the runs did not end between batches: no worker sat out a match
+    assert [row["barrier_s"] for row in update["updates"]] == [0.0, 0.0, 0.0]
 
 
 def test_shapes():

@@ -190,16 +190,18 @@ class Trainer:
 
     def close(self) -> None:
         """Checkpoint the last finished batch if it has none, and wait until it is on disk
-        (a batch submitted ahead is dropped: it is played again on resume)."""
-        if self._ahead:
-            self._ahead.clear()
-            self.pool.cancel()
+        (a batch submitted ahead, or being played, is dropped from the pool: it is
+        played again on resume)."""
         try:
             if not self._broken:
                 with signals_held():
                     self.checkpoint()
         finally:
-            self.checkpoints.close()
+            try:
+                self.checkpoints.close()
+            finally:
+                self._ahead.clear()
+                self.pool.cancel()
 
 
 def snapshot(state: TrainingState) -> TrainingState:

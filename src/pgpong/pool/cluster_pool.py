@@ -96,22 +96,25 @@ class NodeLeader:
         finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
         for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
-            feed.held[batch] -= 1
+            left = feed.done(batch)
+            for gone in feed.dropped & set(sums):  # cancelled: its sum is of no use
+                del sums[gone]
             if isinstance(result, Played):
-                total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
-                total.add(result.grad)
-                summed.append(position)
+                if batch not in feed.dropped:
+                    total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
+                    total.add(result.grad)
+                    summed.append(position)
                 result = result.stats
             finished.append((batch, position, result))
-            if not feed.held[batch]:  # its last match here: the batch's stats, then its sum, leave now
-                ray.get(queue.report.remote(node, finished))  # in the queue before the sum completes the batch
+            if not left:  # its last match here: the batch's stats, then its sum, leave now
+                ray.get(queue.report.remote(node, finished, self.pool.replaced))  # before the sum completes it
                 finished, last = [], time.monotonic()
                 if batch in sums:
                     self._hand_over(reducer, batch, node, *sums.pop(batch), measures)
             elif time.monotonic() - last > REPORT_SECONDS:
-                queue.report.remote(node, finished)
+                queue.report.remote(node, finished, self.pool.replaced)
                 finished, last = [], time.monotonic()
-        ray.get(queue.report.remote(node, finished))  # in the queue before the driver hears the run is over
+        ray.get(queue.report.remote(node, finished, self.pool.replaced))  # in the queue before the run is over
         return NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
 
     @staticmethod
@@ -266,10 +269,9 @@ class ClusterPool:
         leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
-        calls = [self._queue.add.remote(self._batch, episodes, (method, published, args))]
-        if method == "play":
-            calls.append(self._reducer.open.remote(self._batch, len(episodes)))
-        ray.get(calls, timeout=stall_s)
+        if method == "play":  # in the reducer before any leader can have a sum of it
+            ray.get(self._reducer.open.remote(self._batch, len(episodes)), timeout=stall_s)
+        ray.get(self._queue.add.remote(self._batch, episodes, (method, published, args)), timeout=stall_s)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1
         self._start_leaders()
@@ -322,7 +324,9 @@ class ClusterPool:
     def _read_reports(self) -> bool:
         """Read what the nodes reported since the last read, into each batch's heard
         list (the next batch's too); whether there was any."""
-        reports = self._ray.get(self._queue.progress.remote(), timeout=self._limits.stall_s)
+        reports, replaced = self._ray.get(self._queue.progress.remote(), timeout=self._limits.stall_s)
+        for leader, number in self._names.items():
+            self._replaced[leader] = max(self._replaced[leader], replaced.get(number, 0))
         self._heard(reports)
         for batch, _, position, item in reports:
             in_play = self._in_play.get(batch)
@@ -391,9 +395,13 @@ class ClusterPool:
         return [answer for node in self._ray.get(calls, timeout=self._limits.stall_s) for answer in node]
 
     def close(self) -> None:
+        """End the leaders (a leader still in a run is killed at once, and its workers
+        go with it), the queue and the reducer."""
+        running = {leader for leader, _ in self._runs.values()}
         for leader in self._leaders:
-            with contextlib.suppress(self._ray.exceptions.RayError):
-                self._ray.get(leader.close.remote(), timeout=10)
+            if leader not in running:
+                with contextlib.suppress(self._ray.exceptions.RayError):
+                    self._ray.get(leader.close.remote(), timeout=10)
             self._ray.kill(leader)
         for actor in (self._queue, self._reducer):
             self._ray.kill(actor)

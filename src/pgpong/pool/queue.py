@@ -18,6 +18,7 @@ the weights: the gradients are summed exactly (sums.py).
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class WorkQueue:
         self.workers = workers  # of the whole cluster
         self.batches: dict[int, QueuedBatch] = {}  # in the order they were added
         self.reports: list[Report] = []
+        self.replaced: dict[int, int] = {}  # node -> workers its leader has replaced, as last reported
         self.handed = 0  # matches handed out, those handed out again included
 
     def add(self, batch: int, episodes: list[EpisodeId], job: Job) -> None:
@@ -60,11 +62,12 @@ class WorkQueue:
 
     def take(
         self, node: int, free: int, known: tuple[int, ...] = ()
-    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int]:
+    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int, tuple[int, ...]]:
         """Up to `free` matches for `node` (twice as many while plenty are left), the
         oldest batch's first, as (batch, position, episode); the jobs of their batches
         but those `known` to the node (each job holds a reference to the weights,
-        which Ray counts each time one is passed); and how many matches are left."""
+        which Ray counts each time one is passed); how many matches are left; and
+        the batches in play (a node drops the matches it holds of any other)."""
         left = sum(len(queued.todo) for queued in self.batches.values())
         wanted = min(2 * free if left >= 2 * self.workers else free, left)
         given: list[tuple[int, int, EpisodeId]] = []
@@ -75,28 +78,32 @@ class WorkQueue:
                 given.append((batch, position, queued.episodes[position]))
         self.handed += len(given)
         batches = {batch for batch, _, _ in given} - set(known)
-        return given, {batch: self.batches[batch].job for batch in batches}, left - len(given)
+        jobs = {batch: self.batches[batch].job for batch in batches}
+        return given, jobs, left - len(given), tuple(self.batches)
 
-    def report(self, node: int, finished: list[tuple[int, int, Any]]) -> None:
-        """`node` has finished these matches: (batch, position, stats or result)."""
+    def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
+        """`node` has finished these matches, (batch, position, stats or result), and
+        its leader has replaced `replaced` workers since it started."""
+        self.replaced[node] = replaced
         for batch, position, item in finished:
             if batch in self.batches:
                 self.batches[batch].reported.setdefault(node, set()).add(position)
                 self.reports.append((batch, node, position, item))
 
-    def progress(self) -> list[Report]:
-        """What the nodes reported since the last call (the driver is the one reader)."""
+    def progress(self) -> tuple[list[Report], dict[int, int]]:
+        """What the nodes reported since the last call (the driver is the one reader),
+        and the workers each node's leader has replaced."""
         reports, self.reports = self.reports, []
-        return reports
+        return reports, self.replaced
 
     def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
         """`node` is lost: the matches it took go first to whoever asks next, but, for
-        each batch, those in `keep` (already in the batch's sum), or, when `keep` is
-        None, those it reported (a match's result is all there is of it)."""
+        each batch, those in `keep` (already in the batch's sum), or, for a batch not
+        in `keep` (evaluated: a match's result is all there is of it), those it reported."""
         lost_count = 0
         for batch, queued in self.batches.items():
             reported = queued.reported.pop(node, set())
-            kept = set(keep.get(batch, ())) if keep is not None else reported
+            kept = set(keep[batch]) if keep is not None and batch in keep else reported
             lost = [p for p in queued.taken.pop(node, []) if p not in kept]
             queued.todo.extendleft(reversed(lost))
             lost_count += len(lost)
@@ -104,6 +111,9 @@ class WorkQueue:
 
     def handed_out(self) -> int:
         return self.handed
+
+    def in_play(self) -> list[int]:
+        return list(self.batches)
 
     def taken_by(self, node: int, batch: int) -> int:
         queued = self.batches.get(batch)
@@ -113,31 +123,37 @@ class WorkQueue:
 class QueueFeed:
     """A node leader's side of the queue: asks for matches when the node has free
     workers without one, one request at a time (RayPool.run waits on it), and knows
-    each batch's job. After an empty answer it asks again only once a match of the
-    node has finished since (with --lag 1 the next batch may have come meanwhile);
-    it is exhausted while the last answer was empty and no request is out."""
+    each batch's job. After an empty answer it asks again once a match of the node
+    has finished since, or REASK_S later while it still holds matches (with --lag 1
+    the next batch may have come meanwhile); it is exhausted while the last answer
+    was empty and no request is out. The matches it holds of a batch no longer in
+    play (cancelled) are dropped before they start."""
 
     KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
+    REASK_S = 1.0
 
     def __init__(self, queue: Any, node: int):
         self.queue, self.node = queue, node
         self.remaining = 1  # unknown until the first answer: at least one
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
+        self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
         self._request: Any = None
-        self._empty_with: int | None = None  # matches held when the last answer came back empty
+        self._empty: tuple[int, float] | None = None  # matches held, and when, as the last answer came back empty
         self._asked_holding = 0  # matches held when the request out was made
 
     @property
     def exhausted(self) -> bool:
-        return self._empty_with is not None and self._request is None
+        return self._empty is not None and self._request is None
 
     def pending(self) -> list:
         return [self._request] if self._request is not None else []
 
     def ask(self, local: int, free: int) -> None:
+        if self._request is not None or local >= free:
+            return
         held = self.held.total()
-        if self._request is None and local < free and (self._empty_with is None or held < self._empty_with):
+        if self._empty is None or held < self._empty[0] or (held and time.monotonic() > self._empty[1] + self.REASK_S):
             self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs))
             self._asked_holding = held
 
@@ -148,13 +164,32 @@ class QueueFeed:
         import ray
 
         self._request = None
-        given, jobs, self.remaining = ray.get(ref)
+        given, jobs, self.remaining, in_play = ray.get(ref)
         self.jobs.update(jobs)
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
-        self._empty_with = None if given else self._asked_holding
+        self._empty = None if given else (self._asked_holding, time.monotonic())
         self.held.update(batch for batch, _, _ in given)
+        self.dropped = set(self.held) - set(in_play)
         return [((batch, position), episode) for batch, position, episode in given]
+
+    def tidy(self, todo: deque) -> None:
+        """Drop the matches not yet started of batches no longer in play."""
+        if not self.dropped:
+            return
+        keep = [item for item in todo if item[0][0] not in self.dropped]
+        for (batch, _), _ in [item for item in todo if item[0][0] in self.dropped]:
+            self.done(batch)
+        todo.clear()
+        todo.extend(keep)
+
+    def done(self, batch: int) -> int:
+        """One match of `batch` is no longer held here; how many still are."""
+        self.held[batch] -= 1
+        left = self.held[batch]
+        if not left:
+            del self.held[batch]
+        return left
 
     def job(self, key: tuple[int, int]) -> Job:
         return self.jobs[key[0]]

@@ -139,6 +139,8 @@ class Feed(Protocol):
 
     def ask(self, local: int, free: int) -> None: ...  # ask for more if `local` episodes are too few
 
+    def tidy(self, todo: deque) -> None: ...  # drop from `todo` what is no longer wanted
+
     def receive(self, ref: Any) -> list | None: ...  # what a finished request brought (None: not ours)
 
 
@@ -217,6 +219,7 @@ class RayPool(OneBatchAtATime):
         watch = self._watch.new_batch()
         while todo or running or more():
             if feed is not None:
+                feed.tidy(todo)
                 feed.ask(len(todo), hand.free())
             began = time.perf_counter()
             for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):

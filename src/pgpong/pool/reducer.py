@@ -71,4 +71,7 @@ class Reducer:
         return total.compact().to_float()
 
     async def forget(self, batch: int) -> None:
+        """The batch is cancelled: a result() waiting for it raises."""
         self.batches.pop(batch, None)
+        async with self._news:
+            self._news.notify_all()
