@@ -91,6 +91,46 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
     assert_same_state(state, train_in_process(tmp_path / "reference", 0, 5, SETTINGS))
 
 
+@pytest.mark.long
+def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluster, monkeypatch):
+    """--lag 1 on three nodes: a node goes when the third batch has started, while the
+    second may still be playing; the matches it held of either batch are played
+    again elsewhere, and the weights are those of --workers 0 with the same lag."""
+    import ray
+
+    from pgpong.pool.cluster_pool import ClusterPool
+
+    c, worker_node = cluster
+    c.add_node(num_cpus=1, object_store_memory=STORE)
+    c.wait_for_nodes()
+    lagged = {**SETTINGS, "batch_size": 6, "lag": 1}
+    started = tmp_path / "batch-3-started"
+    set_fault(monkeypatch, f"mark:2:{started}")
+    pool = ClusterPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 3)
+    assert pool.nodes() == 3
+
+    def remove_a_node_when_batch_3_starts():
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        c.remove_node(worker_node, allow_graceful=False)
+
+    remover = threading.Thread(target=remove_a_node_when_batch_3_starts)
+    remover.start()
+    try:
+        with hang_guard(180):
+            state = train_in_process(tmp_path / "run", 3, 5, lagged, pool=pool)
+        remover.join()
+        assert started.exists() and len([n for n in ray.nodes() if n["Alive"]]) == 2
+        assert pool.nodes() == 2 and pool.num_workers == 2 and pool.replaced == 1
+    finally:
+        remover.join()
+        pool.close()
+    reference = train_in_process(tmp_path / "reference", 0, 5, lagged)
+    assert_same_state(state, reference)
+    np.testing.assert_array_equal(state.previous.W1, reference.previous.W1)
+
+
 def assert_same_state(state, reference):
     np.testing.assert_array_equal(state.weights.W1, reference.weights.W1)
     np.testing.assert_array_equal(state.weights.W2, reference.weights.W2)
