@@ -85,9 +85,19 @@ class ScriptedPool:
 
     def __init__(self, scores):
         self.scores = iter(scores)
+        self._waiting = {}
+
+    def submit(self, weights, episodes):  # --lag 1: played when collected, as OneBatchAtATime does
+        ticket = max(self._waiting, default=0) + 1
+        self._waiting[ticket] = (weights.of(weights.W1, weights.W2), episodes)
+        return ticket
+
+    def collect(self, ticket, finished=lambda result: None):
+        weights, episodes = self._waiting.pop(ticket)
+        return self.play_batch(weights, episodes, finished)
 
     def cancel(self):
-        pass
+        self._waiting.clear()
 
     def play_batch(self, weights, episodes, finished=lambda result: None):
         from pgpong.pool import BatchMeasures, BatchResult

@@ -100,6 +100,8 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
     from pgpong.session import open_trainer, worker_settings
 
     class Counting(ClusterPool):  # how many matches the queue had handed out when each batch was collected
+        handed: list[int]
+
         def collect(self, ticket, finished=lambda result: None):
             played = super().collect(ticket, finished)
             self.handed.append(ray.get(self._queue.handed_out.remote()))
