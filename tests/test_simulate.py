@@ -42,6 +42,9 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     assert update["lower_bound_s"] <= update["best_whole_matches_s"] * 1.000001
     assert update["of_best_whole_matches"] >= 1 and update["overhead_s"] > 0
     assert update["driver_cpu_ms"] > 0 and 0 < update["machine_busy"] <= 1.5
+    # the queue's share (it publishes the weights, and hands out the matches) is measured apart
+    assert update["queue_cpu_ms"] > 0 and update["reducer_cpu_ms"] >= 0
+    assert all(row["queue_cpu_ms"] > 0 for row in update["updates"])
     # the driver received two chunk sums (16 and 4 episodes, each from the same 3 banked
     # matches), not 20 episodes' gradients
     per_episode = 20 * bank["gradient_mb_mean"] * 2**20

@@ -50,10 +50,13 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
+        helpers = helpers_cpu_seconds(pool)  # before the driver's clock starts: these calls are bench's
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
         row = _update_row(report, time.process_time() - cpu, pool.num_workers)
         after = thread_cpu_seconds()
+        for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
+            row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
@@ -73,12 +76,21 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "of_work_per_worker": median("of_work_per_worker"),
         "overhead_s": median("overhead_s"),
         "driver_cpu_ms": median("driver_cpu_ms"),
+        "queue_cpu_ms": median("queue_cpu_ms") if all("queue_cpu_ms" in r for r in rows) else None,
+        "reducer_cpu_ms": median("reducer_cpu_ms") if all("reducer_cpu_ms" in r for r in rows) else None,
         "bytes_into_driver": median("bytes_into_driver"),
         "barrier_s": median("barrier_s"),
         "machine_busy": median("machine_busy") if all("machine_busy" in r for r in rows) else None,
         "episode_len_mean": median("episode_len_mean"),
         "updates": rows,
     }
+
+
+def helpers_cpu_seconds(pool: Pool) -> dict[str, float]:
+    """The CPU seconds so far of the actors a cluster pool keeps next to the driver
+    (queue, reducer); empty for the other pools."""
+    measure = getattr(pool, "helpers_cpu_seconds", None)
+    return measure() if measure is not None else {}
 
 
 def machine_busy_seconds() -> float | None:
@@ -147,14 +159,15 @@ def update_table(rows: list[dict[str, Any]]) -> list[str]:
     """The seconds-per-update figures as a Markdown table."""
     lines = [
         "| batch | workers | nodes | seconds per update | lower bound | best whole-match schedule | efficiency "
-        "| overhead | driver CPU | into the driver |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| overhead | driver CPU | queue CPU | into the driver |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for u in rows:
+        queue = f"{u['queue_cpu_ms']:.0f} ms" if u.get("queue_cpu_ms") is not None else "-"
         lines.append(
             f"| {u['batch_size']} | {u['workers']} | {u['nodes']} | {u['seconds_per_update']:.2f} s"
             f" | {u['lower_bound_s']:.2f} s | {u['best_whole_matches_s']:.2f} s | {u['efficiency']:.2f}"
-            f" | {1e3 * u['overhead_s']:.0f} ms | {u['driver_cpu_ms']:.0f} ms"
+            f" | {1e3 * u['overhead_s']:.0f} ms | {u['driver_cpu_ms']:.0f} ms | {queue}"
             f" | {u['bytes_into_driver'] / 2**20:.1f} MB |"
         )
     return lines

@@ -12,7 +12,9 @@ CPU-less actor, on the driver's node), which adds the node sums as they come and
 gives the total, once, in float32. The driver adds each batch to the queue, starts
 the leaders that are not running, reads the queue's reports a few times a batch and
 receives one array per update: what it does and receives does not grow with the
-batch.
+batch. Nor do Ray's books on the batch's weights: the queue publishes them (so it
+owns them, not the driver), and each leader copies them into its node's store for
+its workers (so the queue counts one reader per node).
 
 With --lag 1 the next batch is added to the queue before this one is collected
 (submit, then collect): a worker that finishes this batch's last match it could get
@@ -49,7 +51,7 @@ from pgpong.pool.queue import QueueFeed, WorkQueue
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import Reducer
 from pgpong.pool.sums import SUMMING, ExactSum, Played
-from pgpong.pool.worker import PublishedWeights, WorkerKind, publish, worker_env
+from pgpong.pool.worker import WorkerKind, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
 REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
@@ -211,10 +213,7 @@ class ClusterPool:
     def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
         """Add the batch to the queue (after those in play): the leaders start on it as
         their workers free up. A ticket for collect."""
-        measures = BatchMeasures()
-        published, seconds = publish(weights)
-        measures.add_seconds("publish weights", seconds)
-        batch = self._add("play", published, episodes, measures)
+        batch = self._add("play", weights, episodes, BatchMeasures())
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 
@@ -250,7 +249,7 @@ class ClusterPool:
             del self._in_play[batch]
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
-        batch = self._add("evaluate", publish(weights)[0], matches, BatchMeasures(), greedy)
+        batch = self._add("evaluate", weights, matches, BatchMeasures(), greedy)
         results: dict[int, MatchResult] = {}
         next_out = 0
         try:
@@ -262,16 +261,16 @@ class ClusterPool:
         finally:
             self._over(batch)
 
-    def _add(
-        self, method: str, published: PublishedWeights, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
-    ) -> int:
-        """Put a batch in the queue (and, to be summed, in the reducer), and start the
-        leaders that are not running; its number."""
+    def _add(self, method: str, weights: Params, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any) -> int:
+        """Put a batch in the queue, which publishes its weights (and, to be summed, in
+        the reducer), and start the leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
         if method == "play":  # in the reducer before any leader can have a sum of it
             ray.get(self._reducer.open.remote(self._batch, len(episodes)), timeout=stall_s)
-        ray.get(self._queue.add.remote(self._batch, episodes, (method, published, args)), timeout=stall_s)
+        began = time.perf_counter()
+        ray.get(self._queue.add.remote(self._batch, episodes, method, weights, args), timeout=stall_s)
+        measures.add_seconds("publish weights", time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1
         self._start_leaders()
@@ -388,6 +387,12 @@ class ClusterPool:
     def _tell_queue_the_workers(self) -> None:
         queue: Any = self._queue
         queue.set_workers.remote(self.num_workers)
+
+    def helpers_cpu_seconds(self) -> dict[str, float]:
+        """The CPU time so far of the actors next to the driver: the queue and the reducer."""
+        ray = self._ray
+        queue, reducer = ray.get([self._queue.cpu_seconds.remote(), self._reducer.cpu_seconds.remote()], timeout=30)
+        return {"queue": queue, "reducer": reducer}
 
     def call_all(self, method: str, *args: Any) -> list:
         """Call a worker method on every running worker of every node; answers in order."""

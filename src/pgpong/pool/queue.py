@@ -5,8 +5,9 @@ times a batch.
 
 WorkQueue is a small Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
-with); usually one batch is in it at a time, two with --lag 1, where the next batch
-is added while the last matches of this one play. Each node's leader asks it for as
+with, which the queue publishes, so that it owns them, not the driver); usually one
+batch is in it at a time, two with --lag 1, where the next batch is added while the
+last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
 waiting), the oldest batch's first; asks again as its workers free up; and tells it
@@ -23,7 +24,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgpong.policy import Params
 from pgpong.pool.base import Job
+from pgpong.pool.worker import PublishedWeights, publish
 from pgpong.rollout import EpisodeId
 
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
@@ -49,9 +52,15 @@ class WorkQueue:
         self.replaced: dict[int, int] = {}  # node -> workers its leader has replaced, as last reported
         self.handed = 0  # matches handed out, those handed out again included
 
-    def add(self, batch: int, episodes: list[EpisodeId], job: Job) -> None:
-        """A batch to play: every match to be handed out, after the earlier batches'."""
-        self.batches[batch] = QueuedBatch(episodes, job, deque(range(len(episodes))))
+    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
+        """A batch to play: every match to be handed out, after the earlier batches',
+        each to be played with `weights` (RolloutWorker.`method`(weights, episode,
+        *args)). The queue puts the weights in the object store itself, so that it owns
+        them: Ray's books on the processes that read them (their borrowing, the copies'
+        locations) are kept here rather than in the driver, where at 11x18 they took
+        about half of its CPU time per update (docs/SCALING.md)."""
+        published, _ = publish(weights)
+        self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
 
     def drop(self, batch: int) -> None:
         """The batch is over (or cancelled): nothing more of it is handed out or heard."""
@@ -109,6 +118,10 @@ class WorkQueue:
             lost_count += len(lost)
         return lost_count
 
+    def cpu_seconds(self) -> float:
+        """This process's CPU time so far (bench follows the queue's share of an update)."""
+        return time.process_time()
+
     def handed_out(self) -> int:
         return self.handed
 
@@ -165,7 +178,7 @@ class QueueFeed:
 
         self._request = None
         given, jobs, self.remaining, in_play = ray.get(ref)
-        self.jobs.update(jobs)
+        self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()})
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
         self._empty = None if given else (self._asked_holding, time.monotonic())
@@ -193,3 +206,15 @@ class QueueFeed:
 
     def job(self, key: tuple[int, int]) -> Job:
         return self.jobs[key[0]]
+
+
+def node_copy(job: Job) -> Job:
+    """The job with its weights copied into this node's object store by this process
+    (the node's leader), which owns the copy: the node's workers read it there, and
+    Ray's books on them are kept on the node, so the queue, which owns the batch's
+    weights, counts one reader per node rather than one per worker (about 20 ms of
+    the queue's CPU per update at 11x18; a 5 MB copy per batch on each node)."""
+    import ray
+
+    method, published, args = job
+    return method, PublishedWeights(ray.put(ray.get(published.ref))), args

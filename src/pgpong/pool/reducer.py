@@ -6,6 +6,7 @@ whatever the batch and the nodes."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from pgpong.policy import EpisodeGradient
@@ -52,6 +53,10 @@ class Reducer:
             async with self._news:
                 self._news.notify_all()
         return True
+
+    async def cpu_seconds(self) -> float:
+        """This process's CPU time so far (bench follows the reducer's share of an update)."""
+        return time.process_time()
 
     async def close(self, node: int) -> dict[int, list[int]]:
         """`node` is lost: from now on nothing of it is added. For each batch, the
