@@ -169,11 +169,37 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     worker has started an episode of batch 3 (mid-batch): events, not delays. With a
     checkpoint after every batch, or once a minute (so none yet: every batch is
     played again)."""
+    kill_and_resume(tmp_path, reference, workers, cadence)
+
+
+@pytest.fixture(scope="module")
+def reference_lag_1(tmp_path_factory):
+    """Weights (and previous weights) after 1..4 batches with --lag 1, without any fault (in-process, no Ray)."""
+    root = tmp_path_factory.mktemp("reference-lag-1")
+    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4, "lag": 1})
+    return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_driver_killed_with_a_batch_submitted_ahead_then_resumed(tmp_path, reference_lag_1):
+    """--lag 1 on 2 Ray workers (the cluster pool, batches overlapping): killed between
+    two checkpoints, once a worker has started an episode of batch 3, which was submitted
+    before batch 2 was collected. The resumed run plays the lost batches again and ends
+    with the weights and the previous weights of the uninterrupted run."""
+    final = kill_and_resume(tmp_path, reference_lag_1, "2", "0", "--lag", "1")
+    np.testing.assert_array_equal(final.previous.W1, reference_lag_1[4].previous.W1)
+    np.testing.assert_array_equal(final.previous.W2, reference_lag_1[4].previous.W2)
+
+
+def kill_and_resume(tmp_path, reference, workers, cadence, *more):
+    """Train 4 batches with `pgpong train`, SIGKILL it (see the tests above), resume it;
+    check the weights against `reference` and return the final checkpoint."""
     run_dir, marker = tmp_path / "run", tmp_path / "batch-3-started"
     # batch index 2 is the third batch; in one process the kill follows batch 1's row
     env = {**os.environ, **fault_env(f"mark:2:{marker}")} if workers != "0" else None
     proc = subprocess.Popen(
-        [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers, "--checkpoint-every", cadence],
+        [*PGPONG, "train", *cli_settings(run_dir, 4), "--workers", workers, "--checkpoint-every", cadence, *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -207,6 +233,7 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     assert final.batch == 4
     assert_same_weights(final, reference[4])
     assert [r["batch"] for r in read_progress(run_dir / "progress.csv")] == ["1", "2", "3", "4"]
+    return final
 
 
 def _group_alive(pgid):
