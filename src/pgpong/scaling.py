@@ -10,10 +10,12 @@ constants measured on this project's machine (docs/SCALING.md says how).
       overhead  what an update adds beyond its matches, measured on one uncontended
                 node: publishing the weights, the last sums (the node's, then the
                 reducer's on several nodes), the driver's RMSProp step
-    driver CPU  a fixed part (publishing, receiving the sum, RMSProp) plus a part per
-                node (its reports and its sum's hand-over)
+    driver CPU  a fixed part (receiving the sum, RMSProp, the row) plus a part per
+                match (its stats, read from the queue's reports) and per node
+    queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
+                and owns the weights): a fixed part plus a part per match
     bytes into the driver  one float32 sum on the pixels the batch touched
-    and an update takes at least the driver's CPU time
+    and an update takes at least the driver's CPU time, and the queue's
 
 Run `python -m pgpong.scaling` for the tables docs/SCALING.md and the README quote.
 """
@@ -95,17 +97,26 @@ class Constants:
     steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
     overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
     overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
-    driver_fixed_ms: float  # driver CPU per update whatever the batch (--simulate 1x64)
-    driver_ms_per_node: float  # driver CPU per node: its reports and its sum's hand-over (--simulate 11x18)
+    driver_fixed_ms: float  # driver CPU per update whatever the batch and nodes (--simulate 1x64, batch 60)
+    driver_ms_per_match: float  # ... plus this per match of the batch (1x64: batch 300 against 60)
+    driver_ms_per_node: float  # ... plus this per node (11x18 against 1x64, batch 300)
+    queue_fixed_ms: float  # the queue actor's CPU per update whatever the batch (1x64, batch 60) ...
+    queue_ms_per_match: float  # ... plus this per match (1x64 and 11x18, batch 300)
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
     ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
     queue_s: float = 0.002  # on several nodes, a freed worker's wait for its node's request to the queue
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 22, 5.5, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 35, 10.0, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 0.034, 1.0, 14, 0.36, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 18, 0.034, 2.0, 17, 0.75, 4.25 * 2**20),
 }
+
+
+def cpu_ms(batch: int, nodes: int, c: Constants) -> tuple[float, float]:
+    """The driver's and the queue's CPU milliseconds per update."""
+    driver = c.driver_fixed_ms + c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
+    return driver, c.queue_fixed_ms + c.queue_ms_per_match * batch
 
 
 def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200) -> dict[str, float]:
@@ -121,8 +132,8 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         lower = lower_bound(durations, workers)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play))
     seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
-    driver_ms = c.driver_fixed_ms + (nodes if nodes > 1 else 0) * c.driver_ms_per_node
-    seconds = max(seconds, driver_ms / 1e3)  # the driver cannot do an update's work in less
+    driver_ms, queue_ms = cpu_ms(batch, nodes, c)
+    seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)  # neither can do an update's work in less
     return {
         "batch_size": batch,
         "nodes": nodes,
@@ -134,6 +145,7 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         "pgpong_schedule_s": play,
         "of_best_whole_matches": seconds / best,
         "driver_cpu_ms": driver_ms,
+        "queue_cpu_ms": queue_ms,
         "bytes_into_driver": c.sum_bytes,
     }
 
@@ -153,8 +165,8 @@ def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batch
     done = pipelined(drawn, workers, pause, step, lag)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    driver_ms = c.driver_fixed_ms + (nodes if nodes > 1 else 0) * c.driver_ms_per_node
-    seconds = max(seconds, driver_ms / 1e3)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, c)
+    seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
     best = statistics.median(best_whole_matches(d, workers) for d in drawn)
     return {
@@ -355,8 +367,8 @@ def main() -> None:
         "--lag",
         type=int,
         choices=(1, 2),
-        help="instead: seconds per update if batch k could start once update k - 1 - LAG is done "
-        "(the pools do not overlap batches yet)",
+        help="instead: seconds per update when batch k may start once update k - 1 - LAG is done "
+        "(--lag 1 overlaps batches so)",
     )
     args = parser.parse_args()
     if args.learning:
@@ -371,15 +383,15 @@ def main() -> None:
         return
     print(
         "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
-        " | efficiency | of the best | driver CPU | into the driver |"
+        " | efficiency | of the best | driver CPU | queue CPU | into the driver |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for batch, nodes, cpus in SCENARIOS:
         p = predict(batch, nodes, cpus, c)
         print(
             f"| {batch:,} | {nodes}x{cpus} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
             f" | {p['best_whole_matches_s']:.2f} s | {p['pgpong_schedule_s']:.2f} s | {p['efficiency']:.2f}"
-            f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms"
+            f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms | {p['queue_cpu_ms']:,.0f} ms"
             f" | {p['bytes_into_driver'] / 2**20:,.1f} MB |"
         )
 
