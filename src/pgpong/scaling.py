@@ -10,8 +10,9 @@ constants measured on this project's machine (docs/SCALING.md says how).
       overhead  what an update adds beyond its matches, measured on one uncontended
                 node: publishing the weights, the last sums (the node's, then the
                 reducer's on several nodes), the driver's RMSProp step
-    driver CPU  a fixed part (receiving the sum, RMSProp, the row) plus a part per
-                match (its stats, read from the queue's reports) and per node
+    driver CPU  a fixed part (receiving the sum, RMSProp, the row), a part per second
+                of the update (reading the queue's reports twice a second), and small
+                parts per match (its stats, in order) and per node
     queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
                 and owns the weights): a fixed part plus a part per match
     bytes into the driver  one float32 sum on the pixels the batch touched
@@ -97,8 +98,9 @@ class Constants:
     steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
     overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
     overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
-    driver_fixed_ms: float  # driver CPU per update whatever the batch and nodes (--simulate 1x64, batch 60)
-    driver_ms_per_match: float  # ... plus this per match of the batch (1x64: batch 300 against 60)
+    driver_fixed_ms: float  # driver CPU per update whatever the batch, nodes and seconds ...
+    driver_ms_per_second: float  # ... plus this per second of the update (1x64: batch 300 against 60)
+    driver_ms_per_match: float  # ... plus this per match (its stats in order: profiled, 8 us)
     driver_ms_per_node: float  # ... plus this per node (11x18 against 1x64, batch 300)
     queue_fixed_ms: float  # the queue actor's CPU per update whatever the batch (1x64, batch 60) ...
     queue_ms_per_match: float  # ... plus this per match (1x64 and 11x18, batch 300)
@@ -108,14 +110,15 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 0.034, 1.0, 14, 0.36, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 18, 0.034, 2.0, 17, 0.75, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 10, 7.0, 0.008, 0.5, 14, 0.36, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 10, 7.0, 0.008, 0.5, 17, 0.75, 4.25 * 2**20),
 }
 
 
-def cpu_ms(batch: int, nodes: int, c: Constants) -> tuple[float, float]:
-    """The driver's and the queue's CPU milliseconds per update."""
-    driver = c.driver_fixed_ms + c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
+def cpu_ms(batch: int, nodes: int, seconds: float, c: Constants) -> tuple[float, float]:
+    """The driver's and the queue's CPU milliseconds in an update of `seconds`."""
+    driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
+    driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
     return driver, c.queue_fixed_ms + c.queue_ms_per_match * batch
 
 
@@ -132,7 +135,7 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         lower = lower_bound(durations, workers)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play))
     seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
-    driver_ms, queue_ms = cpu_ms(batch, nodes, c)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, seconds, c)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)  # neither can do an update's work in less
     return {
         "batch_size": batch,
@@ -165,7 +168,7 @@ def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batch
     done = pipelined(drawn, workers, pause, step, lag)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    driver_ms, queue_ms = cpu_ms(batch, nodes, c)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, seconds, c)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
     best = statistics.median(best_whole_matches(d, workers) for d in drawn)
