@@ -169,3 +169,21 @@ def test_bench_refuses_bad_values():
     assert proc.returncode == 2 and "--workers" in proc.stderr
     proc = run_pgpong("bench", "--original-seconds", "0")
     assert proc.returncode == 2 and "--original-seconds must be positive" in proc.stderr
+
+
+def test_with_json_stdout_carries_the_report_alone(capfd):
+    """Ray's processes inherit stdout (a raylet once warned there, in front of the JSON):
+    while bench runs with --json, anything else written to stdout goes to stderr."""
+    import subprocess
+
+    from pgpong.cli.bench import stdout_for_the_report
+
+    with stdout_for_the_report(True) as out:
+        print("a line of noise")
+        subprocess.run(["echo", "a child's noise"], check=True)
+        out.write('{"ok": 1}\n')
+    captured = capfd.readouterr()
+    assert json.loads(captured.out) == {"ok": 1}
+    assert "a line of noise" in captured.err and "a child's noise" in captured.err
+    print("stdout again")
+    assert capfd.readouterr().out == "stdout again\n"

@@ -101,7 +101,7 @@ class Constants:
     driver_fixed_ms: float  # driver CPU per update whatever the batch, nodes and seconds ...
     driver_ms_per_second: float  # ... plus this per second of the update (1x64: batch 300 against 60)
     driver_ms_per_match: float  # ... plus this per match (its stats in order: profiled, 8 us)
-    driver_ms_per_node: float  # ... plus this per node (11x18 against 1x64, batch 300)
+    driver_ms_per_node: float  # ... plus this per node (11x18 against 1x198, batch 300)
     queue_fixed_ms: float  # the queue actor's CPU per update whatever the batch (1x64, batch 60) ...
     queue_ms_per_match: float  # ... plus this per match (1x64 and 11x18, batch 300)
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
@@ -110,8 +110,8 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 10, 7.0, 0.008, 0.5, 14, 0.36, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 10, 7.0, 0.008, 0.5, 17, 0.75, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 7.0, 0.008, 0.3, 14, 0.36, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 11, 7.0, 0.008, 0.3, 17, 0.75, 4.25 * 2**20),
 }
 
 

@@ -132,7 +132,7 @@ def start_cluster(shape: Shape, object_store_mb: int = 150) -> Any:
     for _ in range(shape.nodes - 1):
         cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level=logging.WARNING)
+    ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)  # workers' lines: Ray's logs
     return cluster
 
 

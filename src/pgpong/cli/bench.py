@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import TextIO
 
 from pgpong.bench.options import BenchOptions
 from pgpong.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT, fail
@@ -39,14 +42,35 @@ def run(args: argparse.Namespace) -> int:
 
     opts = BenchOptions(**{"address": os.environ.get("RAY_ADDRESS") or None, **given(args, BenchOptions)}).validate()
     check_env_id(opts.env_id)
-    try:
-        report = run_bench(opts)
-    except ClusterError as exc:
-        return fail(str(exc), EXIT_BAD_INPUT)
-    except PoolError as exc:
-        return fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        print("\npgpong: bench interrupted", file=sys.stderr)
-        return EXIT_SIGINT
-    print_report(report, args.json)
+    with stdout_for_the_report(args.json) as out:
+        try:
+            report = run_bench(opts)
+        except ClusterError as exc:
+            return fail(str(exc), EXIT_BAD_INPUT)
+        except PoolError as exc:
+            return fail(str(exc), EXIT_FAILED)
+        except KeyboardInterrupt:
+            print("\npgpong: bench interrupted", file=sys.stderr)
+            return EXIT_SIGINT
+        print_report(report, args.json, out)
     return 0
+
+
+@contextmanager
+def stdout_for_the_report(as_json: bool) -> Iterator[TextIO]:
+    """With --json, stdout carries the JSON alone: whatever else is written to it
+    meanwhile (Ray's processes inherit it, and a raylet warns there when many workers
+    start at once) goes to stderr."""
+    if not as_json:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with os.fdopen(os.dup(kept), "w") as out, redirect_stdout(sys.stderr):
+            yield out
+    finally:
+        sys.stdout.flush()
+        os.dup2(kept, 1)
+        os.close(kept)
