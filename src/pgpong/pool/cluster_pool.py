@@ -85,7 +85,7 @@ class NodeLeader:
         """This leader's node and how many of its workers run."""
         return self.node_id, self.pool.num_workers
 
-    def run(self, queue: Any, reducer: Any, node: int) -> NodeDone:
+    def run(self, queue: Any, reducer: Any, node: int, queue_node: str = "") -> NodeDone:
         """Play matches from the queue on this node's workers, of whichever batch it
         hands out, until it has none left, telling it every REPORT_SECONDS which are
         finished. Matches played ("play") are summed by batch, and a batch's sum goes
@@ -93,7 +93,7 @@ class NodeLeader:
         import ray
 
         measures = BatchMeasures()
-        feed = QueueFeed(queue, node)
+        feed = QueueFeed(queue, node, copy_weights=queue_node != self.node_id)  # the queue's node reads its own
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
         finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
@@ -171,7 +171,8 @@ class ClusterPool:
             for (node, _), count in zip(nodes, counts, strict=True)
             for group in groups(count, LEADER_WORKERS)
         ]
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._here = ray.get_runtime_context().get_node_id()  # the driver's node, the queue's and the reducer's
+        here = NodeAffinitySchedulingStrategy(self._here, soft=False)
         self._queue: Any = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here).remote(num_workers)
         self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()
         self._leaders: dict[Any, int] = {}  # leader -> its running workers
@@ -365,7 +366,7 @@ class ClusterPool:
         """The queue's reports: (batch, node number, position, stats or result). (A hook for tests.)"""
 
     def _call(self, leader: Any, number: int) -> Any:
-        return leader.run.remote(self._queue, self._reducer, number)
+        return leader.run.remote(self._queue, self._reducer, number, self._here)
 
     def _lost(self, leader: Any, exc: BaseException) -> None:
         """Close a lost leader: its matches not in a sum go back to the queue (those its

@@ -145,8 +145,8 @@ class QueueFeed:
     KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
     REASK_S = 1.0
 
-    def __init__(self, queue: Any, node: int):
-        self.queue, self.node = queue, node
+    def __init__(self, queue: Any, node: int, copy_weights: bool = True):
+        self.queue, self.node, self.copy_weights = queue, node, copy_weights
         self.remaining = 1  # unknown until the first answer: at least one
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
@@ -178,7 +178,7 @@ class QueueFeed:
 
         self._request = None
         given, jobs, self.remaining, in_play = ray.get(ref)
-        self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()})
+        self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()} if self.copy_weights else jobs)
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
         self._empty = None if given else (self._asked_holding, time.monotonic())
@@ -213,7 +213,8 @@ def node_copy(job: Job) -> Job:
     (the node's leader), which owns the copy: the node's workers read it there, and
     Ray's books on them are kept on the node, so the queue, which owns the batch's
     weights, counts one reader per node rather than one per worker (about 20 ms of
-    the queue's CPU per update at 11x18; a 5 MB copy per batch on each node)."""
+    the queue's CPU per update at 11x18; a 5 MB copy per batch on each node but the
+    queue's own, where the leaders read the queue's copy)."""
     import ray
 
     method, published, args = job
