@@ -13,8 +13,8 @@ gives the total, once, in float32. The driver adds each batch to the queue, star
 the leaders that are not running, reads the queue's reports a few times a batch and
 receives one array per update: what it does and receives does not grow with the
 batch. Nor do Ray's books on the batch's weights: the queue publishes them (so it
-owns them, not the driver), and each leader copies them into its node's store for
-its workers (so the queue counts one reader per node).
+owns them, not the driver), and each leader of another node copies them into its
+node's store for its workers (so the queue counts one reader per node).
 
 With --lag 1 the next batch is added to the queue before this one is collected
 (submit, then collect): a worker that finishes this batch's last match it could get
