@@ -215,6 +215,6 @@ def format_simulation(report: dict[str, Any]) -> str:
             *update_table(report["updates"]),
             "",
             "Simulated: the emulation (each worker waits as long as its match would take). Real: the driver, Ray, "
-            "the leaders, the transfers, the sums and the checkpoints, all sharing this machine's cores.",
+            "the queue, the leaders, the transfers, the sums and the checkpoints, all sharing this machine's cores.",
         ]
     )
