@@ -137,6 +137,43 @@ def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leader
     assert [(m.score, m.steps) for m in spread] == [(m.score, m.steps) for m in alone]
 
 
+class BrokenPipePool(ClusterPool):
+    """One leader's run of batch 2 fails as a leader's does when its node's raylet goes
+    (an OSError out of Ray's I/O, "Broken pipe"), before it takes any match."""
+
+    def __init__(self):
+        self.broken: int | None = None
+        super().__init__(WORKERS, 3)
+
+    def _call(self, leader, number):
+        import ray
+
+        if self._batch == 2 and self.broken is None and self.node_of[leader] != self._here:
+            self.broken = number
+            ray.kill(leader, no_restart=True)  # as with its node, its workers go with it
+
+            @ray.remote(num_cpus=0)
+            def broken_pipe():
+                raise OSError("Broken pipe")
+
+            return broken_pipe.remote()
+        return super()._call(leader, number)
+
+
+@pytest.mark.slow
+def test_a_leader_failing_on_a_broken_pipe_is_lost_not_the_run(tmp_path, reference, cluster):
+    """Such a leader is a lost node: its matches are played elsewhere, and the weights
+    are those of --workers 0 (before, the run ended with "OSError: Broken pipe")."""
+    pool = BrokenPipePool()
+    try:
+        with hang_guard(120):
+            state = train_in_process(tmp_path / "broken", 3, 2, SETTINGS, pool=pool)
+        assert pool.broken is not None and (pool.nodes(), pool.num_workers, pool.replaced) == (2, 2, 1)
+    finally:
+        pool.close()
+    assert_same_state(state, reference)
+
+
 class NodeLosingPool(ClusterPool):
     """Removes a worker node as soon as its leader has taken matches of batch 2 from the
     queue: those matches, and the node's sum, are lost with it."""

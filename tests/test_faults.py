@@ -224,8 +224,8 @@ def kill_and_resume(tmp_path, reference, workers, cadence, *more):
     checkpoints = [load_checkpoint(p).batch for p in list_checkpoints(run_dir / "checkpoints")]
     if cadence == "60":
         assert checkpoints == []  # none yet: the kill came before the first minute was up
-    else:
-        assert checkpoints == list(range(1, len(checkpoints) + 1)) and len(checkpoints) <= done
+    else:  # a checkpoint, written in the background, may reach the disk before its row: resuming plays it again
+        assert checkpoints == list(range(1, len(checkpoints) + 1)) and len(checkpoints) <= done + 1
     resumed = run_pgpong("train", "--run-dir", str(run_dir))  # settings come from the run
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stdout

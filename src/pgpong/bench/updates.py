@@ -56,7 +56,8 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         row = _update_row(report, time.process_time() - cpu, pool.num_workers)
         after = thread_cpu_seconds()
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
-            row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
+            if name in helpers:
+                row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy

@@ -66,8 +66,8 @@ def stdout_for_the_report(as_json: bool) -> Iterator[TextIO]:
         return
     sys.stdout.flush()
     kept = os.dup(1)
-    os.dup2(2, 1)
     try:
+        os.dup2(2, 1)
         with os.fdopen(os.dup(kept), "w") as out, redirect_stdout(sys.stderr):
             yield out
     finally:

@@ -14,7 +14,7 @@ the leaders that are not running, reads the queue's reports a few times a batch 
 receives one array per update: what it does and receives does not grow with the
 batch. Nor do Ray's books on the batch's weights: the queue publishes them (so it
 owns them, not the driver), and each leader of another node copies them into its
-node's store for its workers (so the queue counts one reader per node).
+node's store for its workers (so the queue counts one reader per leader there).
 
 With --lag 1 the next batch is added to the queue before this one is collected
 (submit, then collect): a worker that finishes this batch's last match it could get
@@ -350,8 +350,11 @@ class ClusterPool:
         leader, added = self._runs.pop(ref)
         try:
             done: NodeDone = ray.get(ref)
-        except ray.exceptions.RayTaskError as exc:  # the leader itself gave up (workers keep failing)
-            raise PoolError(failure_reason(exc)) from None
+        except ray.exceptions.RayTaskError as exc:
+            if not isinstance(exc.cause, OSError):  # the leader itself gave up (workers keep failing)
+                raise PoolError(failure_reason(exc)) from None
+            self._lost(leader, exc)  # Ray's I/O failed in it ("Broken pipe"): its node's raylet is going
+            return
         except ray.exceptions.RayError as exc:  # the leader or its node is lost
             self._lost(leader, exc)
             return
@@ -390,9 +393,13 @@ class ClusterPool:
         queue.set_workers.remote(self.num_workers)
 
     def helpers_cpu_seconds(self) -> dict[str, float]:
-        """The CPU time so far of the actors next to the driver: the queue and the reducer."""
+        """The CPU time so far of the actors next to the driver, the queue and the
+        reducer (empty if they do not answer: bench then goes without)."""
         ray = self._ray
-        queue, reducer = ray.get([self._queue.cpu_seconds.remote(), self._reducer.cpu_seconds.remote()], timeout=30)
+        try:
+            queue, reducer = ray.get([self._queue.cpu_seconds.remote(), self._reducer.cpu_seconds.remote()], timeout=30)
+        except ray.exceptions.RayError:
+            return {}
         return {"queue": queue, "reducer": reducer}
 
     def call_all(self, method: str, *args: Any) -> list:

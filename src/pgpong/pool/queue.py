@@ -30,6 +30,7 @@ from pgpong.pool.worker import PublishedWeights, publish
 from pgpong.rollout import EpisodeId
 
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
+COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
 
 
 @dataclass
@@ -210,12 +211,16 @@ class QueueFeed:
 
 def node_copy(job: Job) -> Job:
     """The job with its weights copied into this node's object store by this process
-    (the node's leader), which owns the copy: the node's workers read it there, and
-    Ray's books on them are kept on the node, so the queue, which owns the batch's
-    weights, counts one reader per node rather than one per worker (about 20 ms of
-    the queue's CPU per update at 11x18; a 5 MB copy per batch on each node but the
-    queue's own, where the leaders read the queue's copy)."""
+    (a leader of the node), which owns the copy: its workers read it there, and Ray's
+    books on them are kept by the leader, so the queue, which owns the batch's
+    weights, counts one reader per leader (one per 32 workers) rather than one per
+    worker (about 20 ms of the queue's CPU per update at 11x18). It costs a 5 MB copy
+    per leader and batch. The leaders on the queue's node do not copy: their workers
+    read the queue's object, and the queue keeps their books."""
     import ray
 
     method, published, args = job
-    return method, PublishedWeights(ray.put(ray.get(published.ref))), args
+    try:
+        return method, PublishedWeights(ray.put(ray.get(published.ref, timeout=COPY_SECONDS))), args
+    except (ray.exceptions.RayError, OSError):  # (OSError: this node's store is going, with the node)
+        return job  # the workers fetch the queue's copy themselves, each failure theirs to handle
