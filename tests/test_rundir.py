@@ -252,3 +252,20 @@ def test_a_checkpoint_whose_row_was_never_written_is_played_again(tmp_path):
     np.testing.assert_array_equal(final.weights.W1, one_go.weights.W1)
     # with every row there, the newest checkpoint is used
     assert open_run(tmp_path / "r", {}).state.batch == 3
+
+
+def test_a_checkpoint_ahead_of_its_row_with_none_before_is_played_again_from_the_start(tmp_path):
+    """The same, with a checkpoint once a minute (the default): the checkpoint before is
+    not there. The run starts again from the initial weights rather than lose batch 2's
+    row, and ends with the weights of a run never stopped."""
+    from conftest import train_in_process
+
+    reference = train_in_process(tmp_path / "ref", 0, 3, SETTINGS)
+    train_in_process(tmp_path / "r", 0, 2, {**SETTINGS, "keep_checkpoints": 1})  # only batch 2's is kept
+    progress = tmp_path / "r" / "progress.csv"
+    lines = progress.read_text().splitlines(keepends=True)
+    progress.write_text("".join(lines[:-1]))  # batch 2's row lost, its checkpoint kept
+    assert open_run(tmp_path / "r", {}).state.batch == 0
+    final = train_in_process(tmp_path / "r", 0, 3, SETTINGS)
+    assert final.batch == 3 and [r["batch"] for r in read_progress(progress)] == ["1", "2", "3"]
+    np.testing.assert_array_equal(final.weights.W1, reference.weights.W1)

@@ -18,7 +18,6 @@ from pgpong.checkpoint import (
     CheckpointError,
     TrainingState,
     checkpoint_bytes,
-    checkpoint_path,
     list_checkpoints,
     load_checkpoint,
     remove_stale_temporaries,
@@ -116,10 +115,11 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
         except CheckpointError as exc:
             skipped.append(str(exc))
             continue
-        if state.batch == recorded + 1 and (recorded == 0 or checkpoint_path(run.checkpoint_dir, recorded) in found):
-            # Stopped after this checkpoint was written and before its progress.csv row
-            # was: resume from the one before and play the batch again (the same weights
-            # come out), so that progress.csv keeps a row for every batch.
+        if state.batch == recorded + 1:
+            # Stopped after this checkpoint was written (in the background) and before its
+            # progress.csv row was: resume from an older one, or from the start, and play
+            # the batches since again (the same weights come out), so that progress.csv
+            # keeps a row for every batch.
             continue
         return state, path, skipped
     # A run directory with no usable checkpoint starts again from the initial weights.
