@@ -235,6 +235,14 @@ def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
 
 
+def lose_the_last_row(run_dir):
+    """Drop progress.csv's last row, as a kill between a checkpoint and its row does; the file's path."""
+    progress = run_dir / "progress.csv"
+    lines = progress.read_text().splitlines(keepends=True)
+    progress.write_text("".join(lines[:-1]))
+    return progress
+
+
 def test_a_checkpoint_whose_row_was_never_written_is_played_again(tmp_path):
     """Killed between batch 2's checkpoint and its progress.csv row: the run resumes
     from batch 1 and plays batch 2 again, so every batch keeps its row."""
@@ -242,9 +250,7 @@ def test_a_checkpoint_whose_row_was_never_written_is_played_again(tmp_path):
     from pgpong.runlog import read_progress
 
     train_in_process(tmp_path / "r", 0, 2, SETTINGS)
-    progress = tmp_path / "r" / "progress.csv"
-    lines = progress.read_text().splitlines(keepends=True)
-    progress.write_text("".join(lines[:-1]))  # batch 2's row lost, its checkpoint kept
+    progress = lose_the_last_row(tmp_path / "r")  # batch 2's row lost, its checkpoint kept
     assert open_run(tmp_path / "r", {}).state.batch == 1
     final = train_in_process(tmp_path / "r", 0, 3, SETTINGS)
     assert final.batch == 3 and [r["batch"] for r in read_progress(progress)] == ["1", "2", "3"]
@@ -262,9 +268,7 @@ def test_a_checkpoint_ahead_of_its_row_with_none_before_is_played_again_from_the
 
     reference = train_in_process(tmp_path / "ref", 0, 3, SETTINGS)
     train_in_process(tmp_path / "r", 0, 2, {**SETTINGS, "keep_checkpoints": 1})  # only batch 2's is kept
-    progress = tmp_path / "r" / "progress.csv"
-    lines = progress.read_text().splitlines(keepends=True)
-    progress.write_text("".join(lines[:-1]))  # batch 2's row lost, its checkpoint kept
+    progress = lose_the_last_row(tmp_path / "r")  # batch 2's row lost, its checkpoint kept
     assert open_run(tmp_path / "r", {}).state.batch == 0
     final = train_in_process(tmp_path / "r", 0, 3, SETTINGS)
     assert final.batch == 3 and [r["batch"] for r in read_progress(progress)] == ["1", "2", "3"]
