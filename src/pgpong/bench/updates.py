@@ -50,7 +50,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
-        helpers = helpers_cpu_seconds(pool)  # before the driver's clock starts: these calls are bench's
+        helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
         row = _update_row(report, time.process_time() - cpu, pool.num_workers)
@@ -58,6 +58,9 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
                 row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
+        after_calls = queue_calls(pool)
+        for name, count in after_calls.items():  # the nodes' requests and reports to the queue during the update
+            row[f"queue_{name.replace(' ', '_')}_calls"] = count - calls.get(name, 0)
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
@@ -79,6 +82,8 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "driver_cpu_ms": median("driver_cpu_ms"),
         "queue_cpu_ms": median("queue_cpu_ms") if all("queue_cpu_ms" in r for r in rows) else None,
         "reducer_cpu_ms": median("reducer_cpu_ms") if all("reducer_cpu_ms" in r for r in rows) else None,
+        "queue_take_calls": median("queue_take_calls") if all("queue_take_calls" in r for r in rows) else None,
+        "queue_report_calls": median("queue_report_calls") if all("queue_report_calls" in r for r in rows) else None,
         "bytes_into_driver": median("bytes_into_driver"),
         "barrier_s": median("barrier_s"),
         "machine_busy": median("machine_busy") if all("machine_busy" in r for r in rows) else None,
@@ -92,6 +97,12 @@ def helpers_cpu_seconds(pool: Pool) -> dict[str, float]:
     (queue, reducer); empty for the other pools."""
     measure = getattr(pool, "helpers_cpu_seconds", None)
     return measure() if measure is not None else {}
+
+
+def queue_calls(pool: Pool) -> dict[str, int]:
+    """The nodes' calls to a cluster pool's queue so far, by kind; empty for the other pools."""
+    count = getattr(pool, "queue_calls", None)
+    return count() if count is not None else {}
 
 
 def machine_busy_seconds() -> float | None:

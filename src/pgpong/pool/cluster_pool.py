@@ -93,7 +93,8 @@ class NodeLeader:
         import ray
 
         measures = BatchMeasures()
-        feed = QueueFeed(queue, node, copy_weights=queue_node != self.node_id)  # the queue's node reads its own
+        copy = queue_node != self.node_id  # the queue's node reads the queue's copy
+        feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
         finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
@@ -401,6 +402,13 @@ class ClusterPool:
         except ray.exceptions.RayError:
             return {}
         return {"queue": queue, "reducer": reducer}
+
+    def queue_calls(self) -> dict[str, int]:
+        """The nodes' requests and reports to the queue so far (empty if it does not answer)."""
+        try:
+            return self._ray.get(self._queue.call_counts.remote(), timeout=30)
+        except self._ray.exceptions.RayError:
+            return {}
 
     def call_all(self, method: str, *args: Any) -> list:
         """Call a worker method on every running worker of every node; answers in order."""

@@ -31,6 +31,7 @@ from pgpong.rollout import EpisodeId
 
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
 COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
+GUIDED = 4  # a node's request brings at least 1/GUIDED of its share of the matches left (guided self-scheduling)
 
 
 @dataclass
@@ -52,6 +53,8 @@ class WorkQueue:
         self.reports: list[Report] = []
         self.replaced: dict[int, int] = {}  # node -> workers its leader has replaced, as last reported
         self.handed = 0  # matches handed out, those handed out again included
+        self.overlapping = False  # a batch was added while another was in play (--lag 1): more may come any time
+        self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
 
     def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
@@ -61,6 +64,7 @@ class WorkQueue:
         locations) are kept here rather than in the driver, where at 11x18 they took
         about half of its CPU time per update (docs/SCALING.md)."""
         published, _ = publish(weights)
+        self.overlapping = self.overlapping or bool(self.batches)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
 
     def drop(self, batch: int) -> None:
@@ -71,15 +75,23 @@ class WorkQueue:
         self.workers = workers
 
     def take(
-        self, node: int, free: int, known: tuple[int, ...] = ()
-    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int, tuple[int, ...]]:
-        """Up to `free` matches for `node` (twice as many while plenty are left), the
-        oldest batch's first, as (batch, position, episode); the jobs of their batches
-        but those `known` to the node (each job holds a reference to the weights,
-        which Ray counts each time one is passed); how many matches are left; and
-        the batches in play (a node drops the matches it holds of any other)."""
+        self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0
+    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int, tuple[int, ...], bool]:
+        """Matches for `node`, the oldest batch's first, as (batch, position, episode):
+        one per free worker (two while at least two per worker of the cluster are
+        left), or, if more, a GUIDED-th of the node's share of what is left (`size`:
+        its workers), so that a node asks about once per few matches while many are
+        left and once per match at the end, where the balance is; the jobs of their
+        batches but those `known` to the node (each job holds a reference to the
+        weights, which Ray counts each time one is passed); how many matches are left;
+        the batches in play (a node drops the matches it holds of any other); and
+        whether more may come before the batches in play are over (with --lag 1 the
+        next batch is added while this one plays; without, the driver adds it only
+        after, so a node with nothing more to do ends its run rather than ask again)."""
+        self.calls["take"] += 1
         left = sum(len(queued.todo) for queued in self.batches.values())
-        wanted = min(2 * free if left >= 2 * self.workers else free, left)
+        guided = -(-left * size // (GUIDED * max(1, self.workers)))
+        wanted = min(max(2 * free if left >= 2 * self.workers else free, guided), left)
         given: list[tuple[int, int, EpisodeId]] = []
         for batch, queued in self.batches.items():
             while queued.todo and len(given) < wanted:
@@ -87,13 +99,16 @@ class WorkQueue:
                 queued.taken.setdefault(node, []).append(position)
                 given.append((batch, position, queued.episodes[position]))
         self.handed += len(given)
+        if not given:
+            self.calls["empty take"] += 1
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
-        return given, jobs, left - len(given), tuple(self.batches)
+        return given, jobs, left - len(given), tuple(self.batches), self.overlapping
 
     def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
         """`node` has finished these matches, (batch, position, stats or result), and
         its leader has replaced `replaced` workers since it started."""
+        self.calls["report"] += 1
         self.replaced[node] = replaced
         for batch, position, item in finished:
             if batch in self.batches:
@@ -123,6 +138,10 @@ class WorkQueue:
         """This process's CPU time so far (bench follows the queue's share of an update)."""
         return time.process_time()
 
+    def call_counts(self) -> dict[str, int]:
+        """The nodes' requests ("take") and reports ("report") so far."""
+        return dict(self.calls)
+
     def handed_out(self) -> int:
         return self.handed
 
@@ -137,17 +156,19 @@ class WorkQueue:
 class QueueFeed:
     """A node leader's side of the queue: asks for matches when the node has free
     workers without one, one request at a time (RayPool.run waits on it), and knows
-    each batch's job. After an empty answer it asks again once a match of the node
-    has finished since, or REASK_S later while it still holds matches (with --lag 1
-    the next batch may have come meanwhile); it is exhausted while the last answer
-    was empty and no request is out. The matches it holds of a batch no longer in
+    each batch's job. After an empty answer it asks again, if the queue said more may
+    come (--lag 1: the next batch may be added meanwhile), once a match of the node
+    has finished since, or REASK_S later while it still holds matches; it is
+    exhausted while the last answer was empty and no request is out. (Without a lag
+    it does not ask again: those requests, one per match finished at the batch's
+    end, were most of the queue's calls.) The matches it holds of a batch no longer in
     play (cancelled) are dropped before they start."""
 
     KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
     REASK_S = 1.0
 
-    def __init__(self, queue: Any, node: int, copy_weights: bool = True):
-        self.queue, self.node, self.copy_weights = queue, node, copy_weights
+    def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
+        self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
         self.remaining = 1  # unknown until the first answer: at least one
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
@@ -155,6 +176,7 @@ class QueueFeed:
         self._request: Any = None
         self._empty: tuple[int, float] | None = None  # matches held, and when, as the last answer came back empty
         self._asked_holding = 0  # matches held when the request out was made
+        self._reask = True  # the queue's last answer: more may come before the batches in play are over
 
     @property
     def exhausted(self) -> bool:
@@ -167,8 +189,9 @@ class QueueFeed:
         if self._request is not None or local >= free:
             return
         held = self.held.total()
-        if self._empty is None or held < self._empty[0] or (held and time.monotonic() > self._empty[1] + self.REASK_S):
-            self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs))
+        empty = self._empty
+        if empty is None or self._reask and (held < empty[0] or held and time.monotonic() > empty[1] + self.REASK_S):
+            self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers)
             self._asked_holding = held
 
     def receive(self, ref: Any) -> list | None:
@@ -178,7 +201,7 @@ class QueueFeed:
         import ray
 
         self._request = None
-        given, jobs, self.remaining, in_play = ray.get(ref)
+        given, jobs, self.remaining, in_play, self._reask = ray.get(ref)
         self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()} if self.copy_weights else jobs)
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
