@@ -1,6 +1,6 @@
 """How a cluster pool's workers are spread over its nodes (placement.py)."""
 
-from pgpong.placement import shares
+from pgpong.placement import request_size, requests, shares
 
 
 def test_workers_spread_over_nodes_by_their_cpus():
@@ -48,3 +48,22 @@ def test_updates_under_a_lag_end_in_order():
     # a long first batch: the short ones after it are played, but their updates wait for its
     done = pipelined([[10.0], [1.0], [1.0], [1.0]], 2, 0.0, 0.5, 1)
     assert done == sorted(done) and done[1] == 11.0
+
+
+def test_requests_counts_a_leaders_asks_of_the_queue_by_hand():
+    # one leader of 2 workers, 4 matches: all in the first answer (2 per worker), then a last, empty one
+    assert requests([1.0] * 4, [2], answer=0.0) == 2
+    # two leaders of a worker each, 6 matches: 2 each at first (2 per worker left), one each when
+    # its worker has played both, then a last, empty one each
+    assert requests([1.0] * 6, [1, 1], answer=0.0) == 6
+    # the model's count for 1x64, batch 300 (two leaders of 32): bench measured 32 requests per update
+    lengths = [(900 + 37 * k % 300) / 2600 for k in range(300)]  # 0.35-0.46 s, in no order
+    assert 26 <= requests(lengths, [32, 32], pause=0.0035) <= 36
+
+
+def test_a_request_brings_a_free_worker_each_or_a_quarter_of_the_share_left():
+    assert request_size(free=18, left=300, size=18, workers=198) == 18
+    assert request_size(free=1, left=282, size=18, workers=198) == 7  # ceil(282 * 18 / (4 * 198))
+    assert request_size(free=3, left=20, size=18, workers=198) == 3
+    assert request_size(free=5, left=2, size=18, workers=198) == 2
+    assert request_size(free=10, left=500, size=10, workers=100) == 20  # 2 per free worker: at least 2 per worker left

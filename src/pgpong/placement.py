@@ -4,6 +4,7 @@ and the model of seconds per update (scaling.py)."""
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 
 def shares(workers: int, cpus: list[int]) -> list[int]:
@@ -25,6 +26,65 @@ def groups(workers: int, at_most: int) -> list[int]:
         return []
     count = -(-workers // at_most)
     return [workers // count + (1 if k < workers % count else 0) for k in range(count)]
+
+
+# The cluster pool's (pool/cluster_pool.py) cadences and leaders, here for the model (scaling.py) too:
+# A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
+# a node with more workers gets several leaders, so that a batch's first matches all
+# start within a few milliseconds.
+LEADER_WORKERS = 32
+REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
+POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and whenever a leader's run ends)
+GUIDED = 4  # a node's request to the cluster's queue brings at least 1/GUIDED of its share of what is left
+
+
+def request_size(free: int, left: int, size: int, workers: int) -> int:
+    """How many matches a request of a node (a leader of `size` workers, `free` of
+    them free) brings from the cluster's queue, `left` being left for all `workers`:
+    one per free worker (two while at least two per worker are left), or, if more,
+    a GUIDED-th of the node's share of what is left (guided self-scheduling: few
+    requests while many matches are left, one per match at the end)."""
+    guided = -(-left * size // (GUIDED * max(1, workers)))
+    return min(max(2 * free if left >= 2 * workers else free, guided), left)
+
+
+def requests(durations: list[float], sizes: list[int], pause: float = 0.0, answer: float = 0.002) -> int:
+    """How many requests the nodes' leaders (of `sizes` workers) make to the queue for
+    one batch played alone (pool/queue.py): one whenever a leader has a free worker
+    with nothing to play and no request out, answered `answer` seconds later for the
+    workers free by then, while the queue has matches; and a last, empty one each
+    (without a lag a leader does not ask again after one)."""
+    workers, left, todo = sum(sizes), len(durations), deque(durations)
+    local: list[deque[float]] = [deque() for _ in sizes]
+    free = list(sizes)  # each leader's workers with nothing to play
+    asking = [False] * len(sizes)
+    told_empty = [False] * len(sizes)
+    events: list[tuple[float, int, bool]] = []  # (when, leader, whether it is an answer, else a worker freeing up)
+    count = 0
+
+    def step(leader: int, now: float) -> None:
+        nonlocal count
+        while free[leader] and local[leader]:  # its free workers start what the node holds
+            free[leader] -= 1
+            heapq.heappush(events, (now + local[leader].popleft() + pause, leader, False))
+        if free[leader] and not asking[leader] and left:
+            asking[leader], count = True, count + 1
+            heapq.heappush(events, (now + answer, leader, True))
+
+    for leader in range(len(sizes)):
+        step(leader, 0.0)
+    while events:
+        now, leader, is_answer = heapq.heappop(events)
+        if is_answer:
+            asking[leader] = False
+            given = request_size(free[leader], left, sizes[leader], workers)
+            left -= given
+            local[leader].extend(todo.popleft() for _ in range(given))
+            told_empty[leader] = told_empty[leader] or not given
+        else:
+            free[leader] += 1
+        step(leader, now)
+    return count + told_empty.count(False)
 
 
 def first_free(durations: list[float], workers: int, pause: float = 0.0) -> float:

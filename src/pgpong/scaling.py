@@ -14,7 +14,8 @@ constants measured on this project's machine (docs/SCALING.md says how).
                 of the update (reading the queue's reports twice a second), and small
                 parts per match (its stats, in order) and per node
     queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
-                and owns the weights): a fixed part plus a part per match
+                and owns the weights): a fixed part plus a part per call (the
+                leaders' requests, simulated, their reports, the driver's reads)
     bytes into the driver  one float32 sum on the pixels the batch touched
     and an update takes at least the driver's CPU time, and the queue's
 
@@ -30,7 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.placement import best_whole_matches, first_free, lower_bound, pipelined
+from pgpong.placement import (
+    LEADER_WORKERS,
+    POLL_SECONDS,
+    REPORT_SECONDS,
+    best_whole_matches,
+    first_free,
+    groups,
+    lower_bound,
+    pipelined,
+    requests,
+)
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks of `pgpong bench
 # --simulate 1x64` (docs/scaling/): a new policy (seed 0), losing 0-21 as training starts
@@ -102,24 +113,32 @@ class Constants:
     driver_ms_per_second: float  # ... plus this per second of the update (1x64: batch 300 against 60)
     driver_ms_per_match: float  # ... plus this per match (its stats in order: profiled, 8 us)
     driver_ms_per_node: float  # ... plus this per node (11x18 against 1x198, batch 300)
-    queue_fixed_ms: float  # the queue actor's CPU per update whatever the batch (1x64, batch 60) ...
-    queue_ms_per_match: float  # ... plus this per match (1x64 and 11x18, batch 300)
+    queue_fixed_ms: float  # the queue actor's CPU per update (publishing the weights) ...
+    queue_ms_per_call: float  # ... plus this per call: the nodes' requests and reports, the driver's reads
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
     ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
     queue_s: float = 0.002  # on several nodes, a freed worker's wait for its node's request to the queue
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 7.0, 0.008, 0.3, 14, 0.36, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 11, 7.0, 0.008, 0.3, 17, 0.75, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 7.0, 0.008, 0.3, 8, 0.95, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 11, 7.0, 0.008, 0.3, 8, 0.95, 4.25 * 2**20),
 }
 
 
-def cpu_ms(batch: int, nodes: int, seconds: float, c: Constants) -> tuple[float, float]:
-    """The driver's and the queue's CPU milliseconds in an update of `seconds`."""
+def cpu_ms(batch: int, nodes: int, cpus: int, seconds: float, c: Constants, asked: float) -> tuple[float, float]:
+    """The driver's and the queue's CPU milliseconds in an update of `seconds` whose
+    matches the nodes' leaders asked the queue for in `asked` requests."""
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
-    return driver, c.queue_fixed_ms + c.queue_ms_per_match * batch
+    leaders = nodes * len(groups(cpus, LEADER_WORKERS))
+    calls = asked + leaders * (1 + seconds / REPORT_SECONDS) + 1 + seconds / POLL_SECONDS
+    return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls
+
+
+def leader_sizes(nodes: int, cpus: int) -> list[int]:
+    """The workers of each leader of a cluster of `nodes` nodes of `cpus` CPUs."""
+    return [size for _ in range(nodes) for size in groups(cpus, LEADER_WORKERS)]
 
 
 def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200) -> dict[str, float]:
@@ -133,9 +152,10 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
         play = first_free(durations, workers, pause)
         seconds = play + c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
         lower = lower_bound(durations, workers)
-        rows.append((seconds, lower, best_whole_matches(durations, workers), play))
-    seconds, lower, best, play = (statistics.median(column) for column in zip(*rows, strict=True))
-    driver_ms, queue_ms = cpu_ms(batch, nodes, seconds, c)
+        asked = requests(durations, leader_sizes(nodes, cpus), c.ray_s_per_match, c.queue_s)
+        rows.append((seconds, lower, best_whole_matches(durations, workers), play, asked))
+    seconds, lower, best, play, asked = (statistics.median(column) for column in zip(*rows, strict=True))
+    driver_ms, queue_ms = cpu_ms(batch, nodes, cpus, seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)  # neither can do an update's work in less
     return {
         "batch_size": batch,
@@ -168,7 +188,8 @@ def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batch
     done = pipelined(drawn, workers, pause, step, lag)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    driver_ms, queue_ms = cpu_ms(batch, nodes, seconds, c)
+    asked = statistics.median(requests(d, leader_sizes(nodes, cpus), pause, c.queue_s) for d in drawn)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, cpus, seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
     best = statistics.median(best_whole_matches(d, workers) for d in drawn)

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgpong.placement import groups, shares
+from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, REPORT_SECONDS, groups, shares
 from pgpong.policy import Params
 from pgpong.pool.base import (
     BatchMeasures,
@@ -53,13 +53,6 @@ from pgpong.pool.reducer import Reducer
 from pgpong.pool.sums import SUMMING, ExactSum, Played
 from pgpong.pool.worker import WorkerKind, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
-
-REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
-POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and whenever a leader's run ends)
-# A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
-# a node with more workers gets several leaders, so that a batch's first matches all
-# start within a few milliseconds.
-LEADER_WORKERS = 32
 
 
 @dataclass

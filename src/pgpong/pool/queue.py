@@ -24,6 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgpong.placement import request_size
 from pgpong.policy import Params
 from pgpong.pool.base import Job
 from pgpong.pool.worker import PublishedWeights, publish
@@ -31,7 +32,6 @@ from pgpong.rollout import EpisodeId
 
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
 COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
-GUIDED = 4  # a node's request brings at least 1/GUIDED of its share of the matches left (guided self-scheduling)
 
 
 @dataclass
@@ -77,11 +77,10 @@ class WorkQueue:
     def take(
         self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0
     ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int, tuple[int, ...], bool]:
-        """Matches for `node`, the oldest batch's first, as (batch, position, episode):
-        one per free worker (two while at least two per worker of the cluster are
-        left), or, if more, a GUIDED-th of the node's share of what is left (`size`:
-        its workers), so that a node asks about once per few matches while many are
-        left and once per match at the end, where the balance is; the jobs of their
+        """Matches for `node` (`size` workers, `free` of them free), the oldest batch's
+        first, as (batch, position, episode): one per free worker, or more while many
+        are left (placement.request_size), so that a node asks about once per few
+        matches then, and once per match at the end, where the balance is; the jobs of their
         batches but those `known` to the node (each job holds a reference to the
         weights, which Ray counts each time one is passed); how many matches are left;
         the batches in play (a node drops the matches it holds of any other); and
@@ -90,8 +89,7 @@ class WorkQueue:
         after, so a node with nothing more to do ends its run rather than ask again)."""
         self.calls["take"] += 1
         left = sum(len(queued.todo) for queued in self.batches.values())
-        guided = -(-left * size // (GUIDED * max(1, self.workers)))
-        wanted = min(max(2 * free if left >= 2 * self.workers else free, guided), left)
+        wanted = request_size(free, left, size, self.workers)
         given: list[tuple[int, int, EpisodeId]] = []
         for batch, queued in self.batches.items():
             while queued.todo and len(given) < wanted:
