@@ -10,8 +10,9 @@ batch is in it at a time, two with --lag 1, where the next batch is added while 
 last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
-waiting), the oldest batch's first; asks again as its workers free up; and tells it
-now and then which matches it has finished (their stats or results). QueueFeed is
+waiting; and more while many are left, placement.request_size), the oldest batch's
+first; asks again as its workers free up; and tells it now and then which matches
+it has finished (their stats or results). QueueFeed is
 the leader's side of that. The queue remembers which node took which matches, so
 that a lost node's can be handed out again. Who plays which match does not change
 the weights: the gradients are summed exactly (sums.py).
