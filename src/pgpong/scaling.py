@@ -131,7 +131,7 @@ def cpu_ms(batch: int, nodes: int, cpus: int, seconds: float, c: Constants, aske
     matches the nodes' leaders asked the queue for in `asked` requests."""
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
-    leaders = nodes * len(groups(cpus, LEADER_WORKERS))
+    leaders = len(leader_sizes(nodes, cpus))
     calls = asked + leaders * (1 + seconds / REPORT_SECONDS) + 1 + seconds / POLL_SECONDS
     return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls
 
@@ -188,7 +188,7 @@ def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batch
     done = pipelined(drawn, workers, pause, step, lag)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    asked = statistics.median(requests(d, leader_sizes(nodes, cpus), pause, c.queue_s) for d in drawn)
+    asked = statistics.median(requests(d, leader_sizes(nodes, cpus), c.ray_s_per_match, c.queue_s) for d in drawn)
     driver_ms, queue_ms = cpu_ms(batch, nodes, cpus, seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
