@@ -138,26 +138,27 @@ def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leader
 
 
 class BrokenPipePool(ClusterPool):
-    """One leader's run of batch 2 fails as a leader's does when its node's raylet goes
-    (an OSError out of Ray's I/O, "Broken pipe"), before it takes any match."""
+    """One leader's run fails as a leader's does when its node's raylet goes (an OSError
+    out of Ray's I/O, "Broken pipe") as batch 2 is added, before it takes any match of it."""
 
     def __init__(self):
         self.broken: int | None = None
         super().__init__(WORKERS, 3)
 
-    def _call(self, leader, number):
+    def _add(self, method, weights, episodes, measures, *args):
         import ray
 
-        if self._batch == 2 and self.broken is None and self.node_of[leader] != self._here:
-            self.broken = number
-            ray.kill(leader, no_restart=True)  # as with its node, its workers go with it
+        @ray.remote(num_cpus=0)
+        def broken_pipe():
+            raise OSError("Broken pipe")
 
-            @ray.remote(num_cpus=0)
-            def broken_pipe():
-                raise OSError("Broken pipe")
-
-            return broken_pipe.remote()
-        return super()._call(leader, number)
+        for run, (leader, added) in list(self._runs.items()):
+            if self._batch == 1 and self.broken is None and self.node_of[leader] != self._here:
+                self.broken = self._names[leader]
+                ray.kill(leader, no_restart=True)  # as with its node, its workers go with it
+                del self._runs[run]
+                self._runs[broken_pipe.remote()] = (leader, added)
+        return super()._add(method, weights, episodes, measures, *args)
 
 
 @pytest.mark.slow
@@ -182,19 +183,20 @@ class NodeLosingPool(ClusterPool):
         self.cluster, self.worker_nodes, self.removed = cluster, nodes, None
         super().__init__(WORKERS, 3)
 
-    def _call(self, leader, number):
+    def _add(self, method, weights, episodes, measures, *args):
         import ray
 
-        run = super()._call(leader, number)
-        lost = [n for n in self.worker_nodes if n.node_id == self.node_of[leader]]
-        if self._batch == 2 and self.removed is None and lost:
-            deadline = time.monotonic() + 30
-            taken_by = self._queue.taken_by
-            while not (taken := ray.get(taken_by.remote(number, self._batch))) and time.monotonic() < deadline:
-                time.sleep(0.001)
-            self.removed = taken
-            self.cluster.remove_node(lost[0], allow_graceful=False)
-        return run
+        batch = super()._add(method, weights, episodes, measures, *args)
+        for leader, number in list(self._names.items()):
+            lost = [n for n in self.worker_nodes if n.node_id == self.node_of[leader]]
+            if batch == 2 and self.removed is None and lost:
+                deadline = time.monotonic() + 30
+                taken_by = self._queue.taken_by
+                while not (taken := ray.get(taken_by.remote(number, batch))) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                self.removed = taken
+                self.cluster.remove_node(lost[0], allow_graceful=False)
+        return batch
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ ROOMS: list[tuple[str, list[str]]] = [
         [
             "pool",
             "pool.cluster_pool",
+            "pool.leader",
             "pool.reducer",
             "pool.queue",
             "pool.ray_pool",
@@ -81,6 +82,7 @@ RAY = {
     "pool.worker": "a worker fetches the batch's weights",
     "pool.ray_pool": "Ray actors",
     "pool.cluster_pool": "a leader per node",
+    "pool.leader": "a node's leader runs its node's workers",
     "pool.queue": "a leader asks the batch's queue for matches",
     "bench.simulate": "a simulated cluster on this machine",
     "bench.throughput": "bench's memory probe, an actor of its own",

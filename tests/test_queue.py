@@ -1,13 +1,16 @@
 """The cluster's queue of matches (pool/queue.py) as a plain object: how many matches a
-node's request brings (one per free worker, more while many are left), and when a
-node's leader asks again after an empty answer (only while more may come)."""
+node's request brings (one per free worker, more while many are left), when a node's
+leader asks again after an empty answer (to wait for more: at once with a lag, once
+the node has nothing at all to do without), and that a waiting request is answered
+when the next batch comes or the queue stops."""
 
+import asyncio
 from collections import deque
 
 import pytest
 
 from pgpong.policy import Params
-from pgpong.pool.queue import QueueFeed, WorkQueue
+from pgpong.pool.queue import Answer, QueueFeed, WorkQueue
 from pgpong.rollout import EpisodeId
 
 pytestmark = pytest.mark.usefixtures("ray_instance")  # the queue puts the weights in Ray's store
@@ -17,63 +20,101 @@ def episodes(batch: int, count: int) -> list[EpisodeId]:
     return [EpisodeId(7, batch, k) for k in range(count)]
 
 
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
 def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker():
-    queue = WorkQueue(workers=198)  # 11 nodes of 18
-    queue.add(1, episodes(1, 300), "play", Params.initial(8, 0))
-    first, _, left, _, _ = queue.take(node=0, free=18, size=18)
-    assert len(first) == 18 and left == 282  # a free worker each (fewer than 2 per worker are left)
-    sizes = []
-    while left:
-        given, _, left, _, _ = queue.take(node=1, free=1, size=18)
-        sizes.append(len(given))
-    assert sizes[0] == 7  # a quarter of the node's share of 282: ceil(282 * 18 / (4 * 198))
-    assert sizes == sorted(sizes, reverse=True) and sizes[-20:] == [1] * 20  # the end: one per request
-    assert sum(sizes) == 282 and len(sizes) < 282 / 2.5
-    handed = [p for p in queue.batches[1].taken[0]] + [p for p in queue.batches[1].taken[1]]
-    assert sorted(handed) == list(range(300))  # each match once
-    assert queue.call_counts() == {"take": 1 + len(sizes)}
+    async def main():
+        queue = WorkQueue(workers=198)  # 11 nodes of 18
+        await queue.add(1, episodes(1, 300), "play", Params.initial(8, 0))
+        first = await queue.take(node=0, free=18, size=18)
+        assert len(first.given) == 18 and first.left == 282  # a free worker each (fewer than 2 per worker are left)
+        sizes, left = [], first.left
+        while left:
+            answer = await queue.take(node=1, free=1, size=18)
+            sizes.append(len(answer.given))
+            left = answer.left
+        assert sizes[0] == 7  # a quarter of the node's share of 282: ceil(282 * 18 / (4 * 198))
+        assert sizes == sorted(sizes, reverse=True) and sizes[-20:] == [1] * 20  # the end: one per request
+        assert sum(sizes) == 282 and len(sizes) < 282 / 2.5
+        handed = [p for p in queue.batches[1].taken[0]] + [p for p in queue.batches[1].taken[1]]
+        assert sorted(handed) == list(range(300))  # each match once
+        assert await queue.call_counts() == {"take": 1 + len(sizes)}
+
+    run(main())
 
 
 def test_more_may_come_only_once_a_batch_was_added_while_another_was_in_play():
-    queue = WorkQueue(workers=4)
-    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
-    *_, more = queue.take(node=0, free=4, size=4)
-    assert more is False  # without a lag the next batch comes only after this one is over
-    queue.drop(1)
-    queue.add(2, episodes(2, 3), "play", Params.initial(8, 0))
-    queue.add(3, episodes(3, 3), "play", Params.initial(8, 0))  # --lag 1: submitted while 2 plays
-    *_, more = queue.take(node=0, free=4, size=4)
-    assert more is True
+    async def main():
+        queue = WorkQueue(workers=4)
+        await queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+        assert (await queue.take(node=0, free=4, size=4)).more is False  # no lag: the next batch comes after
+        await queue.drop(1)
+        await queue.add(2, episodes(2, 3), "play", Params.initial(8, 0))
+        await queue.add(3, episodes(3, 3), "play", Params.initial(8, 0))  # --lag 1: submitted while 2 plays
+        assert (await queue.take(node=0, free=4, size=4)).more is True
+
+    run(main())
+
+
+def test_a_waiting_request_is_answered_by_the_next_batch_and_by_a_stop():
+    async def main():
+        queue = WorkQueue(workers=4)
+        assert (await queue.take(node=0, free=4, size=4)).given == []  # without waiting: an empty answer
+        waiting = asyncio.ensure_future(queue.take(node=0, free=4, size=4, wait=True))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # nothing to hand out: it waits
+        await queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+        answer = await asyncio.wait_for(waiting, 5)
+        assert [position for _, position, _ in answer.given] == [0, 1, 2] and not answer.stopped
+        waiting = asyncio.ensure_future(queue.take(node=1, free=2, size=2, wait=True))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await queue.give_back(0, keep={1: [0]})  # node 0 is lost: the matches it had not summed go to node 1
+        assert [position for _, position, _ in (await asyncio.wait_for(waiting, 5)).given] == [1, 2]
+        waiting = asyncio.ensure_future(queue.take(node=1, free=2, size=2, wait=True))
+        await asyncio.sleep(0.05)
+        await queue.stop()
+        answer = await asyncio.wait_for(waiting, 5)
+        assert answer.given == [] and answer.stopped
+        assert await queue.call_counts() == {"take": 4, "empty take": 2}
+
+    run(main())
 
 
 class FakeQueue:
-    """Answers a leader's requests with what a test sets, through Ray's store."""
+    """Answers a leader's requests with what a test sets, through Ray's store, and
+    remembers whether each was to wait."""
 
     def __init__(self):
         self.answers: deque = deque()
-        self.requests = 0
+        self.waits: list[bool] = []
         self.take = self
 
-    def remote(self, node, free, known, size):
+    def remote(self, node, free, known, size, wait):
         import ray
 
-        self.requests += 1
+        self.waits.append(wait)
         return ray.put(self.answers.popleft())
 
 
 @pytest.mark.parametrize("more", [False, True])
-def test_a_leader_asks_again_after_an_empty_answer_only_if_more_may_come(more):
+def test_after_an_empty_answer_a_leader_asks_to_wait_at_once_with_a_lag_and_when_idle_without(more):
     queue = FakeQueue()
     feed = QueueFeed(queue, node=0, copy_weights=False, workers=2)
     job = ("play", None, ())
-    queue.answers.append(([(1, 0, EpisodeId(7, 1, 0)), (1, 1, EpisodeId(7, 1, 1))], {1: job}, 0, (1,), more))
-    feed.ask(local=0, free=2)
+    queue.answers.append(Answer([(1, 0, EpisodeId(7, 1, 0)), (1, 1, EpisodeId(7, 1, 1))], {1: job}, 0, (1,), more))
+    feed.ask(local=0, free=2, busy=0)
     assert len(feed.receive(feed.pending()[0]) or []) == 2
-    queue.answers.append(([], {}, 0, (1,), more))
-    feed.ask(local=0, free=1)  # a worker is free while the other plays: nothing left
-    assert feed.receive(feed.pending()[0]) == [] and feed.exhausted
-    feed.done(1)  # a match of the node finished: with a lag the next batch may be in the queue by now
-    queue.answers.append(([], {}, 0, (1,), more))
-    feed.ask(local=0, free=2)
-    assert queue.requests == (3 if more else 2)
-    assert feed.exhausted is (not more)
+    queue.answers.append(Answer([], {}, 0, (1,), more))
+    feed.ask(local=0, free=1, busy=1)  # a worker is free while the other plays: nothing left
+    assert feed.receive(feed.pending()[0]) == [] and not feed.exhausted
+    feed.done(1)
+    queue.answers.append(Answer([], {}, 0, (1,), more, stopped=True))
+    feed.ask(local=0, free=1, busy=1)  # with a lag the next batch may come any time: it asks, to wait
+    assert queue.waits == ([False, False, True] if more else [False, False])
+    feed.done(1)
+    feed.ask(local=0, free=2, busy=0)  # the node has nothing to do: without a lag it asks now, to wait
+    assert queue.waits == [False, False, True]
+    assert feed.receive(feed.pending()[0]) == [] and feed.exhausted  # the queue stopped: the run ends

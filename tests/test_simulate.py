@@ -55,7 +55,9 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
 def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     """--lag 1: the next batch is in the queue while this one's last matches play, so
     no worker waits for the slowest match of the batch: with full matches of different
-    lengths, the leader's run never ends (it would, at every batch, without a lag)."""
+    lengths, the workers' idle time with nothing to play is a fraction of a millisecond
+    (without a lag, a worker waits about a quarter of the longest match at each batch's
+    end)."""
     proc = run_pgpong(
         "bench", "--simulate", "1x4", "--batch-size", "6", "--bank-matches", "3",
         "--update-batches", "3", "--lag", "1", "--json",
@@ -66,7 +68,7 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     (update,) = report["updates"]
     assert (update["batch_size"], update["workers"], len(update["updates"])) == (6, 4, 3)
     assert update["seconds_per_update"] > 0 and update["bytes_into_driver"] > 0
-    assert [row["barrier_s"] for row in update["updates"]] == [0.0, 0.0, 0.0]
+    assert all(row["barrier_s"] < 0.002 for row in update["updates"])
 
 
 def test_shapes():

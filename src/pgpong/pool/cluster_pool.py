@@ -1,18 +1,18 @@
 """The pool for a cluster of several nodes (or many workers, or --lag 1): a leader per
 node, matches pulled from one queue, sums that meet before the driver.
 
-Each node has a leader (an actor with no CPU of its own; one per 32 workers) that
-starts the node's workers and plays matches on them (a RayPool, with everything it
-does about dead and stuck workers). The leaders take the matches from one queue
-(queue.py) as their workers free up, so no worker anywhere idles while a match is
-unplayed, and tell the queue now and then which they have finished. Each leader
-sums its node's matches of a batch exactly (sums.py) as they finish, and once the
-node holds no more of that batch's matches it hands its sum to a reducer (another
-CPU-less actor, on the driver's node), which adds the node sums as they come and
-gives the total, once, in float32. The driver adds each batch to the queue, starts
-the leaders that are not running, reads the queue's reports a few times a batch and
-receives one array per update: what it does and receives does not grow with the
-batch. Nor do Ray's books on the batch's weights: the queue publishes them (so it
+Each node has a leader (leader.py: an actor with no CPU of its own; one per 32
+workers) that starts the node's workers and plays matches on them. The leaders take
+the matches from one queue (queue.py) as their workers free up, so no worker
+anywhere idles while a match is unplayed, and tell the queue now and then which they
+have finished. Each leader sums its node's matches of a batch exactly (sums.py) as
+they finish, and once the node holds no more of that batch's matches it hands its
+sum to a reducer (another CPU-less actor, on the driver's node), which adds the node
+sums as they come and gives the total, once, in float32. A leader's run goes on from
+batch to batch (with nothing to do it waits in the queue). The driver adds each
+batch to the queue, starts the leaders once, reads the queue's reports a few times a
+batch and receives one array per update: what it does and receives does not grow
+with the batch, and hardly with the nodes. Nor do Ray's books on the batch's weights: the queue publishes them (so it
 owns them, not the driver), and each leader of another node copies them into its
 node's store for its workers (so the queue counts one reader per leader there).
 
@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, REPORT_SECONDS, groups, shares
+from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, shares
 from pgpong.policy import Params
 from pgpong.pool.base import (
     BatchMeasures,
@@ -47,10 +46,10 @@ from pgpong.pool.base import (
     failure_reason,
     ignore_episode,
 )
-from pgpong.pool.queue import QueueFeed, WorkQueue
-from pgpong.pool.ray_pool import RayPool
-from pgpong.pool.reducer import Reducer
-from pgpong.pool.sums import SUMMING, ExactSum, Played
+from pgpong.pool.leader import NodeDone, NodeLeader
+from pgpong.pool.queue import WorkQueue
+from pgpong.pool.reducer import Reducer, Total
+from pgpong.pool.sums import SUMMING
 from pgpong.pool.worker import WorkerKind, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
@@ -60,88 +59,13 @@ WAKE_EARLY_S = 0.002
 
 
 @dataclass
-class NodeDone:
-    """What a node's leader returns when the queue had nothing more for it and its matches are done."""
-
-    barrier_s: float = 0.0  # its workers' mean idle time at the end
-    replaced: int = 0  # workers its pool has replaced since it started
-    seconds: dict[str, float] = field(default_factory=dict)  # the leader's own phases
-
-
-class NodeLeader:
-    """Runs on one node with no CPU of its own: that node's rollout workers, and the
-    sums of the matches they play."""
-
-    def __init__(self, settings: WorkerSettings, workers: int, kind: WorkerKind, limits: Limits):
-        import ray
-
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self.pool = RayPool(settings, workers, kind=kind, node_id=self.node_id, limits=limits)
-
-    def ready(self) -> tuple[str, int]:
-        """This leader's node and how many of its workers run."""
-        return self.node_id, self.pool.num_workers
-
-    def run(self, queue: Any, reducer: Any, node: int, queue_node: str = "") -> NodeDone:
-        """Play matches from the queue on this node's workers, of whichever batch it
-        hands out, until it has none left, telling it every REPORT_SECONDS which are
-        finished. Matches played ("play") are summed by batch, and a batch's sum goes
-        to the reducer as soon as the node holds no more of that batch's matches."""
-        import ray
-
-        measures = BatchMeasures()
-        copy = queue_node != self.node_id  # the queue's node reads the queue's copy
-        feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
-        sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
-        finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
-        last = time.monotonic()
-        for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
-            left = feed.done(batch)
-            for gone in feed.dropped & set(sums):  # cancelled: its sum is of no use
-                del sums[gone]
-            if isinstance(result, Played):
-                if batch not in feed.dropped:
-                    total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
-                    total.add(result.grad)
-                    summed.append(position)
-                result = result.stats
-            finished.append((batch, position, result))
-            if not left:  # its last match here: the batch's stats, then its sum, leave now
-                ray.get(queue.report.remote(node, finished, self.pool.replaced))  # before the sum completes it
-                finished, last = [], time.monotonic()
-                if batch in sums:
-                    self._hand_over(reducer, batch, node, *sums.pop(batch), measures)
-            elif time.monotonic() - last > REPORT_SECONDS:
-                queue.report.remote(node, finished, self.pool.replaced)
-                finished, last = [], time.monotonic()
-        ray.get(queue.report.remote(node, finished, self.pool.replaced))  # in the queue before the run is over
-        return NodeDone(barrier_s=measures.barrier_s or 0.0, replaced=self.pool.replaced, seconds=measures.seconds)
-
-    @staticmethod
-    def _hand_over(
-        reducer: Any, batch: int, node: int, total: ExactSum, summed: list[int], measures: BatchMeasures
-    ) -> None:
-        import ray
-
-        measures.add_seconds(SUMMING, total.seconds)
-        began = time.perf_counter()
-        ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed))
-        measures.add_seconds("send the sum", time.perf_counter() - began)
-
-    def call_all(self, method: str, *args: Any) -> list:
-        return self.pool.call_all(method, *args)
-
-    def close(self) -> None:
-        self.pool.close()
-
-
-@dataclass
 class _InPlay:
     """A batch in the queue, as the driver follows it."""
 
     episodes: list[EpisodeId]
     method: str
     measures: BatchMeasures
+    added: float = field(default_factory=time.monotonic)  # when it went into the queue
     inputs: int = 0  # the weights' inputs (W1's columns), for "play"
     heard: list[tuple[int, Any]] = field(default_factory=list)  # (position, stats or result) not yet handed on
     reported: set[int] = field(default_factory=set)
@@ -229,14 +153,24 @@ class ClusterPool:
             raise PoolError(f"the stats of {missing} match(es) of the batch never arrived")
         self._over(ticket)
         began = time.perf_counter()
-        part = self._ray.get(result, timeout=self._limits.stall_s)
+        total: Total = self._ray.get(result, timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
         began = time.perf_counter()
-        grad = part.dense(in_play.inputs)
+        grad = total.grad.dense(in_play.inputs)
         measures.add_seconds(SUMMING, time.perf_counter() - began)
-        measures.bytes_in = part.nbytes
+        measures.bytes_in = total.grad.nbytes
         measures.replaced = self.replaced - replaced
+        self._account(in_play, total)
         return BatchResult(grad, measures)
+
+    def _account(self, in_play: _InPlay, total: Total) -> None:
+        """The barrier (a worker's mean idle time at the batch's end: the nodes' own
+        account, and the whole update for the workers of nodes that played none of
+        it) and the leaders' mean phases."""
+        idle = total.idle_s + max(0, self.num_workers - total.workers) * (time.monotonic() - in_play.added)
+        in_play.measures.barrier_s = idle / max(1, self.num_workers)
+        for phase, seconds in total.node_seconds.items():
+            in_play.measures.node_seconds[phase] = seconds / max(1, len(self._names))
 
     def cancel(self) -> None:
         """Drop the batches in play: nothing more of them is handed out, summed or heard.
@@ -288,7 +222,6 @@ class ClusterPool:
         the queue."""
         ray, stall_s = self._ray, self._limits.stall_s
         in_play = self._in_play[batch]
-        ends: dict[Any, tuple[float, float]] = {}  # leader -> when its run ended, its barrier
         last_progress, next_poll = time.monotonic(), time.monotonic() + POLL_SECONDS
         summed = False  # for "play": the reducer's answer is ready
         while not summed and not (not result and len(in_play.reported) == len(in_play.episodes)):
@@ -298,7 +231,7 @@ class ClusterPool:
             summed = bool(result) and result[0] in done
             ended = [ref for ref in done if ref in self._runs]
             for ref in ended:
-                self._ended(ref, ends, in_play.measures)
+                self._ended(ref)
             if time.monotonic() >= next_poll - WAKE_EARLY_S or ended:
                 if self._read_reports() or ended:
                     last_progress = time.monotonic()
@@ -310,9 +243,6 @@ class ClusterPool:
         # read brings them all.
         self._read_reports()
         yield from self._take_heard(in_play)
-        end = time.perf_counter()
-        idle = sum(self._leaders.get(lead, 0) * (barrier + end - t) for lead, (t, barrier) in ends.items())
-        in_play.measures.barrier_s = idle / max(1, self.num_workers)
 
     @staticmethod
     def _take_heard(in_play: _InPlay) -> Iterator[tuple[int, Any]]:
@@ -340,10 +270,11 @@ class ClusterPool:
             if leader not in running:
                 self._runs[self._call(leader, number)] = (leader, self._added)
 
-    def _ended(self, ref: Any, ends: dict, measures: BatchMeasures) -> None:
-        """A leader's run is over: the queue had nothing more for it. It starts again if
-        matches were added since it began; a leader lost on the way is closed at the
-        reducer and its other matches go back to the queue."""
+    def _ended(self, ref: Any) -> None:
+        """A leader's run is over (it waits in the queue for the next batch, so only
+        if the queue stopped, or its pool gave up, or the leader was lost). It starts
+        again if matches were added since it began; a leader lost on the way is closed
+        at the reducer and its other matches go back to the queue."""
         ray = self._ray
         leader, added = self._runs.pop(ref)
         try:
@@ -356,10 +287,7 @@ class ClusterPool:
         except ray.exceptions.RayError as exc:  # the leader or its node is lost
             self._lost(leader, exc)
             return
-        ends[leader] = (time.perf_counter(), done.barrier_s)
         self._replaced[leader] = done.replaced
-        for phase, seconds in done.seconds.items():
-            measures.node_seconds[phase] = measures.node_seconds.get(phase, 0.0) + seconds / len(self._names)
         if added < self._added and leader in self._names:
             self._runs[self._call(leader, self._names[leader])] = (leader, self._added)
 
@@ -413,9 +341,14 @@ class ClusterPool:
         return [answer for node in self._ray.get(calls, timeout=self._limits.stall_s) for answer in node]
 
     def close(self) -> None:
-        """End the leaders (a leader still in a run is killed at once, and its workers
-        go with it), the queue and the reducer."""
-        running = {leader for leader, _ in self._runs.values()}
+        """End the leaders (their runs end as the queue stops; a leader still in a run
+        a second later is killed, and its workers go with it), the queue and the reducer."""
+        ray = self._ray
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(self._queue.stop.remote(), timeout=10)
+            if self._runs:
+                ray.wait(list(self._runs), num_returns=len(self._runs), timeout=1.0)
+        running = {leader for ref, (leader, _) in self._runs.items() if not _finished(ref)}
         for leader in self._leaders:
             if leader not in running:
                 with contextlib.suppress(self._ray.exceptions.RayError):
@@ -424,6 +357,13 @@ class ClusterPool:
         for actor in (self._queue, self._reducer):
             self._ray.kill(actor)
         self._leaders = {}
+
+
+def _finished(ref: Any) -> bool:
+    import ray
+
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)
 
 
 def nodes_with_cpus() -> list[tuple[str, int]]:

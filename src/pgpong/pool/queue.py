@@ -3,7 +3,7 @@ whichever node has free workers, so that no worker anywhere idles while a match 
 unplayed; and what the nodes say they have played, for the driver to read a few
 times a batch.
 
-WorkQueue is a small Ray actor (no CPU of its own, next to the driver). The driver
+WorkQueue is a small asyncio Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
 with, which the queue publishes, so that it owns them, not the driver); usually one
 batch is in it at a time, two with --lag 1, where the next batch is added while the
@@ -12,7 +12,10 @@ many matches as its node has free workers (twice as many while the queue holds a
 least two matches per worker of the cluster, so that a worker finds its next match
 waiting; and more while many are left, placement.request_size), the oldest batch's
 first; asks again as its workers free up; and tells it now and then which matches
-it has finished (their stats or results). QueueFeed is
+it has finished (their stats or results). A node with nothing to do (or, with
+--lag 1, nothing more of the batches in play) asks and waits: the queue answers
+when there is work again, so a leader's run goes on from batch to batch and the
+driver does not start it again each time. QueueFeed is
 the leader's side of that. The queue remembers which node took which matches, so
 that a lost node's can be handed out again. Who plays which match does not change
 the weights: the gradients are summed exactly (sums.py).
@@ -20,6 +23,7 @@ the weights: the gradients are summed exactly (sums.py).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -32,7 +36,20 @@ from pgpong.pool.worker import PublishedWeights, publish
 from pgpong.rollout import EpisodeId
 
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
+Given = list[tuple[int, int, EpisodeId]]  # (batch, position, episode)
 COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
+
+
+@dataclass
+class Answer:
+    """The queue's answer to a node's request."""
+
+    given: Given  # matches for the node, the oldest batch's first
+    jobs: dict[int, Job]  # the jobs of their batches the node did not know
+    left: int  # matches left in the queue after these
+    in_play: tuple[int, ...]  # the batches in play (a node drops the matches it holds of any other)
+    more: bool  # more may come before the batches in play are over (--lag 1): ask again, and wait
+    stopped: bool = False  # the pool is closing: the node's run ends
 
 
 @dataclass
@@ -56,8 +73,14 @@ class WorkQueue:
         self.handed = 0  # matches handed out, those handed out again included
         self.overlapping = False  # a batch was added while another was in play (--lag 1): more may come any time
         self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
+        self.stopped = False
+        self._news = asyncio.Condition()  # matches were added (or given back), or the queue stopped
 
-    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
+    async def _tell_waiting(self) -> None:
+        async with self._news:
+            self._news.notify_all()
+
+    async def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
         *args)). The queue puts the weights in the object store itself, so that it owns
@@ -67,17 +90,18 @@ class WorkQueue:
         published, _ = publish(weights)
         self.overlapping = self.overlapping or bool(self.batches)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
+        await self._tell_waiting()
 
-    def drop(self, batch: int) -> None:
+    async def drop(self, batch: int) -> None:
         """The batch is over (or cancelled): nothing more of it is handed out or heard."""
         self.batches.pop(batch, None)
 
-    def set_workers(self, workers: int) -> None:
+    async def set_workers(self, workers: int) -> None:
         self.workers = workers
 
-    def take(
-        self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0
-    ) -> tuple[list[tuple[int, int, EpisodeId]], dict[int, Job], int, tuple[int, ...], bool]:
+    async def take(
+        self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0, wait: bool = False
+    ) -> Answer:
         """Matches for `node` (`size` workers, `free` of them free), the oldest batch's
         first, as (batch, position, episode): one per free worker, or more while many
         are left (placement.request_size), so that a node asks about once per few
@@ -87,24 +111,39 @@ class WorkQueue:
         the batches in play (a node drops the matches it holds of any other); and
         whether more may come before the batches in play are over (with --lag 1 the
         next batch is added while this one plays; without, the driver adds it only
-        after, so a node with nothing more to do ends its run rather than ask again)."""
+        after, so a node does not ask again until it has nothing at all to do). With
+        `wait`, an empty answer waits until there are matches again (or the queue
+        stops): a node with nothing to do waits here for the next batch."""
         self.calls["take"] += 1
+        answer = self._answer(node, free, known, size)
+        while wait and not answer.given and not self.stopped:
+            async with self._news:
+                await self._news.wait()
+            answer = self._answer(node, free, known, size)
+        if not answer.given:
+            self.calls["empty take"] += 1
+        return answer
+
+    def _answer(self, node: int, free: int, known: tuple[int, ...], size: int) -> Answer:
         left = sum(len(queued.todo) for queued in self.batches.values())
         wanted = request_size(free, left, size, self.workers)
-        given: list[tuple[int, int, EpisodeId]] = []
+        given: Given = []
         for batch, queued in self.batches.items():
             while queued.todo and len(given) < wanted:
                 position = queued.todo.popleft()
                 queued.taken.setdefault(node, []).append(position)
                 given.append((batch, position, queued.episodes[position]))
         self.handed += len(given)
-        if not given:
-            self.calls["empty take"] += 1
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
-        return given, jobs, left - len(given), tuple(self.batches), self.overlapping
+        return Answer(given, jobs, left - len(given), tuple(self.batches), self.overlapping, self.stopped)
 
-    def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
+    async def stop(self) -> None:
+        """The pool is closing: requests waiting (and any later) get an empty answer that ends the node's run."""
+        self.stopped = True
+        await self._tell_waiting()
+
+    async def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
         """`node` has finished these matches, (batch, position, stats or result), and
         its leader has replaced `replaced` workers since it started."""
         self.calls["report"] += 1
@@ -114,13 +153,13 @@ class WorkQueue:
                 self.batches[batch].reported.setdefault(node, set()).add(position)
                 self.reports.append((batch, node, position, item))
 
-    def progress(self) -> tuple[list[Report], dict[int, int]]:
+    async def progress(self) -> tuple[list[Report], dict[int, int]]:
         """What the nodes reported since the last call (the driver is the one reader),
         and the workers each node's leader has replaced."""
         reports, self.reports = self.reports, []
         return reports, self.replaced
 
-    def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
+    async def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
         """`node` is lost: the matches it took go first to whoever asks next, but, for
         each batch, those in `keep` (already in the batch's sum), or, for a batch not
         in `keep` (evaluated: a match's result is all there is of it), those it reported."""
@@ -131,23 +170,24 @@ class WorkQueue:
             lost = [p for p in queued.taken.pop(node, []) if p not in kept]
             queued.todo.extendleft(reversed(lost))
             lost_count += len(lost)
+        await self._tell_waiting()
         return lost_count
 
-    def cpu_seconds(self) -> float:
+    async def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the queue's share of an update)."""
         return time.process_time()
 
-    def call_counts(self) -> dict[str, int]:
+    async def call_counts(self) -> dict[str, int]:
         """The nodes' requests ("take") and reports ("report") so far."""
         return dict(self.calls)
 
-    def handed_out(self) -> int:
+    async def handed_out(self) -> int:
         return self.handed
 
-    def in_play(self) -> list[int]:
+    async def in_play(self) -> list[int]:
         return list(self.batches)
 
-    def taken_by(self, node: int, batch: int) -> int:
+    async def taken_by(self, node: int, batch: int) -> int:
         queued = self.batches.get(batch)
         return len(queued.taken.get(node, [])) if queued is not None else 0
 
@@ -155,16 +195,15 @@ class WorkQueue:
 class QueueFeed:
     """A node leader's side of the queue: asks for matches when the node has free
     workers without one, one request at a time (RayPool.run waits on it), and knows
-    each batch's job. After an empty answer it asks again, if the queue said more may
-    come (--lag 1: the next batch may be added meanwhile), once a match of the node
-    has finished since, or REASK_S later while it still holds matches; it is
-    exhausted while the last answer was empty and no request is out. (Without a lag
-    it does not ask again: those requests, one per match finished at the batch's
-    end, were most of the queue's calls.) The matches it holds of a batch no longer in
-    play (cancelled) are dropped before they start."""
+    each batch's job. After an empty answer it asks again only to wait for more: at
+    once if the queue said more may come (--lag 1: the next batch may be added any
+    time), else once the node has nothing at all to do (no lag: the next batch comes
+    after this one is over; those requests, one per match finished at the batch's
+    end, were most of the queue's calls). So the leader's run goes on until the
+    queue stops. The matches it holds of a batch no longer in play (cancelled) are
+    dropped before they start."""
 
     KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
-    REASK_S = 1.0
 
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
@@ -173,25 +212,26 @@ class QueueFeed:
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
         self._request: Any = None
-        self._empty: tuple[int, float] | None = None  # matches held, and when, as the last answer came back empty
-        self._asked_holding = 0  # matches held when the request out was made
-        self._reask = True  # the queue's last answer: more may come before the batches in play are over
+        self._empty = False  # the last answer was empty
+        self._more = False  # the queue's last answer: more may come before the batches in play are over
+        self._stopped = False
 
     @property
     def exhausted(self) -> bool:
-        return self._empty is not None and self._request is None
+        return self._stopped and self._request is None
 
     def pending(self) -> list:
         return [self._request] if self._request is not None else []
 
-    def ask(self, local: int, free: int) -> None:
-        if self._request is not None or local >= free:
+    def ask(self, local: int, free: int, busy: int = 0) -> None:
+        """Ask for matches if the node's `free` workers are more than the `local` ones
+        it holds (`busy` workers are playing)."""
+        if self._request is not None or local >= free or self._stopped:
             return
-        held = self.held.total()
-        empty = self._empty
-        if empty is None or self._reask and (held < empty[0] or held and time.monotonic() > empty[1] + self.REASK_S):
-            self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers)
-            self._asked_holding = held
+        wait = self._empty
+        if wait and not self._more and (local or busy):  # no lag: the batch's last matches play here
+            return
+        self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers, wait)
 
     def receive(self, ref: Any) -> list | None:
         """The matches a request brought, as ((batch, position), episode); None if `ref` is not ours."""
@@ -200,13 +240,15 @@ class QueueFeed:
         import ray
 
         self._request = None
-        given, jobs, self.remaining, in_play, self._reask = ray.get(ref)
+        answer: Answer = ray.get(ref)
+        given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
+        jobs = answer.jobs
         self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()} if self.copy_weights else jobs)
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
-        self._empty = None if given else (self._asked_holding, time.monotonic())
+        self._empty = not given
         self.held.update(batch for batch, _, _ in given)
-        self.dropped = set(self.held) - set(in_play)
+        self.dropped = set(self.held) - set(answer.in_play)
         return [((batch, position), episode) for batch, position, episode in given]
 
     def tidy(self, todo: deque) -> None:

@@ -133,11 +133,11 @@ class Feed(Protocol):
     remaining: int  # episodes still elsewhere, as last heard
 
     @property
-    def exhausted(self) -> bool: ...  # nothing more will come unless asked again
+    def exhausted(self) -> bool: ...  # nothing more will come: the run ends once its episodes are done
 
     def pending(self) -> list: ...  # the requests in flight, to wait on
 
-    def ask(self, local: int, free: int) -> None: ...  # ask for more if `local` episodes are too few
+    def ask(self, local: int, free: int, busy: int) -> None: ...  # ask for more if `local` episodes are too few
 
     def tidy(self, todo: deque) -> None: ...  # drop from `todo` what is no longer wanted
 
@@ -162,6 +162,7 @@ class RayPool(OneBatchAtATime):
         self._limits = limits = limits or Limits()
         self._watch = Watch(limits.stuck_floor_s, limits.stuck_multiple)
         self._waiting = {}
+        self._hand: HandOut | None = None  # the hand-out of the run in progress
         self.crew = Crew(settings, num_workers or cluster_cpus(), kind or WorkerKind(RolloutWorker), node_id, limits)
 
     @property
@@ -217,10 +218,11 @@ class RayPool(OneBatchAtATime):
         last_progress = time.monotonic()
         more = lambda: feed is not None and not feed.exhausted  # noqa: E731
         watch = self._watch.new_batch()
+        self._hand = hand
         while todo or running or more():
             if feed is not None:
                 feed.tidy(todo)
-                feed.ask(len(todo), hand.free())
+                feed.ask(len(todo), hand.free(), len(running))
             began = time.perf_counter()
             for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):
                 method, published, args = job(key)
@@ -246,15 +248,22 @@ class RayPool(OneBatchAtATime):
                     continue
                 measures.bytes_in += _grad_bytes(result)
                 last_progress = time.monotonic()
-                hand.back(worker, idle=not todo and not more())
+                hand.back(worker, idle=not todo and not (feed is not None and feed.remaining))
                 watch.done(worker, busy=hand.held.get(worker, 0) > 0)
                 yield key, result
             if not running and not todo and not more():  # the slowest episode is in: the barrier is over
                 measures.barrier_s = hand.idle_seconds() / max(1, len(crew.ready))
+            if not running and not todo:  # waiting for the feed, which may wait for the next batch
+                last_progress = time.monotonic()
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no episode finished in {stall_s:.0f} s; giving up")
             if not crew.ready and not crew.starting:
                 raise PoolError("no rollout worker is left")
+
+    def idle_seconds(self) -> float:
+        """The seconds the workers of the run in progress have been idle, with nothing
+        left to hand out, so far (summed over them)."""
+        return self._hand.idle_seconds() if self._hand is not None else 0.0
 
     def _arrived(self, ref: Any, hand: HandOut, todo: deque, feed: Feed | None) -> None:
         """A worker has started (it joins the hand-out), or the feed brought episodes."""

@@ -1,16 +1,37 @@
 """The reducer of a cluster pool: an actor on the driver's node, with no CPU of its
 own, that adds the nodes' exact sums of each batch in play as they come and gives a
 batch's total once every match of it is in. The driver receives that one array,
-whatever the batch and the nodes."""
+whatever the batch and the nodes, with what the nodes said of their share: their
+workers' idle time at the batch's end, and their leaders' phases."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from pgpong.policy import EpisodeGradient
 from pgpong.pool.sums import ExactSum, IntegerGradient
+
+
+@dataclass
+class NodeShare:
+    """What a node's leader says with its sum of a batch."""
+
+    workers: int  # the node's workers (of this leader)
+    idle_s: float  # their idle seconds so far, with nothing left to hand out (summed over them)
+    seconds: dict[str, float] = field(default_factory=dict)  # the leader's phases since its last sum
+
+
+@dataclass
+class Total:
+    """A batch's total, and the nodes' account of it."""
+
+    grad: EpisodeGradient
+    idle_s: float  # the workers of the nodes that played it: their idle seconds until the total was complete
+    workers: int  # how many workers those nodes have
+    node_seconds: dict[str, float]  # the leaders' phases, summed over them
 
 
 @dataclass
@@ -22,6 +43,7 @@ class Summing:
     total: ExactSum | None = None
     counted: dict[int, list[int]] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)
+    shares: list[tuple[float, NodeShare]] = field(default_factory=list)  # (when it came, the node's account)
 
     def complete(self) -> bool:
         return self.total is not None and self.total.matches >= self.matches
@@ -40,7 +62,9 @@ class Reducer:
     async def open(self, batch: int, matches: int) -> None:
         self.batches[batch] = Summing(matches)
 
-    async def add(self, batch: int, node: int, part: IntegerGradient, positions: list[int]) -> bool:
+    async def add(
+        self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare | None = None
+    ) -> bool:
         """Add `node`'s sum (of the matches at `positions`); False if the batch is over
         or the node was declared lost meanwhile (its matches are being played again)."""
         summing = self.batches.get(batch)
@@ -49,6 +73,8 @@ class Reducer:
         summing.total = summing.total or ExactSum(len(part.W2))
         summing.total.add(part)
         summing.counted.setdefault(node, []).extend(positions)
+        if share is not None:
+            summing.shares.append((time.monotonic(), share))
         if summing.complete():
             async with self._news:
                 self._news.notify_all()
@@ -65,15 +91,22 @@ class Reducer:
             summing.closed.add(node)
         return {batch: summing.counted.get(node, []) for batch, summing in self.batches.items()}
 
-    async def result(self, batch: int) -> EpisodeGradient:
-        """The batch's sum, once every match of it is in (then the batch is over here)."""
+    async def result(self, batch: int) -> Total:
+        """The batch's sum, once every match of it is in (then the batch is over here),
+        with the nodes' account of it: a node's workers idle from the moment it sent its
+        sum until the total was complete."""
         async with self._news:
             await self._news.wait_for(lambda: batch not in self.batches or self.batches[batch].complete())
         if batch not in self.batches:
             raise KeyError(f"batch {batch} was cancelled")
-        total = self.batches.pop(batch).total
-        assert total is not None
-        return total.compact().to_float()
+        summing = self.batches.pop(batch)
+        assert summing.total is not None
+        now, seconds = time.monotonic(), Counter[str]()
+        for _, share in summing.shares:
+            seconds.update(share.seconds)
+        idle = sum(share.idle_s + share.workers * (now - came) for came, share in summing.shares)
+        workers = sum(share.workers for _, share in summing.shares)
+        return Total(summing.total.compact().to_float(), idle, workers, dict(seconds))
 
     async def forget(self, batch: int) -> None:
         """The batch is cancelled: a result() waiting for it raises."""

@@ -1,0 +1,106 @@
+"""A node's leader in a cluster pool: an actor with no CPU of its own on each node (one
+per 32 of its workers) that starts the node's rollout workers and plays the matches
+the queue hands it on them (a RayPool, with everything it does about dead and stuck
+workers), sums them exactly by batch, and gives each batch's node sum to the reducer
+with its workers' idle time. Its run goes on from batch to batch: with nothing to do
+it waits in the queue for the next batch."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from pgpong.placement import REPORT_SECONDS
+from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings
+from pgpong.pool.queue import QueueFeed
+from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.reducer import NodeShare
+from pgpong.pool.sums import SUMMING, ExactSum, Played
+from pgpong.pool.worker import WorkerKind
+
+
+@dataclass
+class NodeDone:
+    """What a node's leader returns when its run is over (the queue stopped) and its matches are done."""
+
+    replaced: int = 0  # workers its pool has replaced since it started
+
+
+class NodeLeader:
+    """Runs on one node with no CPU of its own: that node's rollout workers, and the
+    sums of the matches they play."""
+
+    def __init__(self, settings: WorkerSettings, workers: int, kind: WorkerKind, limits: Limits):
+        import ray
+
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.pool = RayPool(settings, workers, kind=kind, node_id=self.node_id, limits=limits)
+
+    def ready(self) -> tuple[str, int]:
+        """This leader's node and how many of its workers run."""
+        return self.node_id, self.pool.num_workers
+
+    def run(self, queue: Any, reducer: Any, node: int, queue_node: str = "") -> NodeDone:
+        """Play matches from the queue on this node's workers, of whichever batch it
+        hands out, until the queue stops (it waits there for the next batch), telling
+        it every REPORT_SECONDS which are finished. Matches played ("play") are summed
+        by batch, and a batch's sum goes to the reducer as soon as the node holds no
+        more of that batch's matches."""
+        import ray
+
+        measures = BatchMeasures()
+        copy = queue_node != self.node_id  # the queue's node reads the queue's copy
+        feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
+        sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
+        finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
+        last = time.monotonic()
+        for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
+            left = feed.done(batch)
+            for gone in feed.dropped & set(sums):  # cancelled: its sum is of no use
+                del sums[gone]
+            if isinstance(result, Played):
+                if batch not in feed.dropped:
+                    total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
+                    total.add(result.grad)
+                    summed.append(position)
+                result = result.stats
+            finished.append((batch, position, result))
+            if not left:  # its last match here: the batch's stats, then its sum, leave now
+                ray.get(queue.report.remote(node, finished, self.pool.replaced))  # before the sum completes it
+                finished, last = [], time.monotonic()
+                if batch in sums:
+                    self._hand_over(reducer, batch, node, *sums.pop(batch), measures, self.pool.idle_seconds())
+            elif time.monotonic() - last > REPORT_SECONDS:
+                queue.report.remote(node, finished, self.pool.replaced)
+                finished, last = [], time.monotonic()
+        ray.get(queue.report.remote(node, finished, self.pool.replaced))  # in the queue before the run is over
+        return NodeDone(replaced=self.pool.replaced)
+
+    def _hand_over(
+        self,
+        reducer: Any,
+        batch: int,
+        node: int,
+        total: ExactSum,
+        summed: list[int],
+        measures: BatchMeasures,
+        idle: float,
+    ) -> None:
+        """The node's sum of the batch to the reducer, with its workers' idle time and
+        the leader's phases since its last sum."""
+        import ray
+
+        measures.add_seconds(SUMMING, total.seconds)
+        began = time.perf_counter()
+        share = NodeShare(self.pool.num_workers, idle, measures.seconds)
+        measures.seconds = {}
+        ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed, share))
+        measures.add_seconds("send the sum", time.perf_counter() - began)
+
+    def call_all(self, method: str, *args: Any) -> list:
+        return self.pool.call_all(method, *args)
+
+    def close(self) -> None:
+        self.pool.close()
