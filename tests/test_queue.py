@@ -4,7 +4,8 @@ leader asks again after an empty answer (to wait for more: at once with a lag, o
 the node has nothing at all to do without), and that a waiting request is answered
 when the next batch comes or the queue stops."""
 
-import asyncio
+import threading
+import time
 from collections import deque
 
 import pytest
@@ -20,67 +21,65 @@ def episodes(batch: int, count: int) -> list[EpisodeId]:
     return [EpisodeId(7, batch, k) for k in range(count)]
 
 
-def run(coroutine):
-    return asyncio.run(coroutine)
+class Waiting(threading.Thread):
+    """A request that may wait, on a thread of its own (as on one of the actor's)."""
+
+    def __init__(self, queue, **request):
+        super().__init__(daemon=True)
+        self.queue, self.request, self.answer = queue, request, None
+        self.start()
+        time.sleep(0.05)
+
+    def run(self):
+        self.answer = self.queue.take(wait=True, **self.request)
 
 
 def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker():
-    async def main():
-        queue = WorkQueue(workers=198)  # 11 nodes of 18
-        await queue.add(1, episodes(1, 300), "play", Params.initial(8, 0))
-        first = await queue.take(node=0, free=18, size=18)
-        assert len(first.given) == 18 and first.left == 282  # a free worker each (fewer than 2 per worker are left)
-        sizes, left = [], first.left
-        while left:
-            answer = await queue.take(node=1, free=1, size=18)
-            sizes.append(len(answer.given))
-            left = answer.left
-        assert sizes[0] == 7  # a quarter of the node's share of 282: ceil(282 * 18 / (4 * 198))
-        assert sizes == sorted(sizes, reverse=True) and sizes[-20:] == [1] * 20  # the end: one per request
-        assert sum(sizes) == 282 and len(sizes) < 282 / 2.5
-        handed = [p for p in queue.batches[1].taken[0]] + [p for p in queue.batches[1].taken[1]]
-        assert sorted(handed) == list(range(300))  # each match once
-        assert await queue.call_counts() == {"take": 1 + len(sizes)}
-
-    run(main())
+    queue = WorkQueue(workers=198)  # 11 nodes of 18
+    queue.add(1, episodes(1, 300), "play", Params.initial(8, 0))
+    first = queue.take(node=0, free=18, size=18)
+    assert len(first.given) == 18 and first.left == 282  # a free worker each (fewer than 2 per worker are left)
+    sizes, left = [], first.left
+    while left:
+        answer = queue.take(node=1, free=1, size=18)
+        sizes.append(len(answer.given))
+        left = answer.left
+    assert sizes[0] == 7  # a quarter of the node's share of 282: ceil(282 * 18 / (4 * 198))
+    assert sizes == sorted(sizes, reverse=True) and sizes[-20:] == [1] * 20  # the end: one per request
+    assert sum(sizes) == 282 and len(sizes) < 282 / 2.5
+    handed = [p for p in queue.batches[1].taken[0]] + [p for p in queue.batches[1].taken[1]]
+    assert sorted(handed) == list(range(300))  # each match once
+    assert queue.call_counts() == {"take": 1 + len(sizes)}
 
 
 def test_more_may_come_only_once_a_batch_was_added_while_another_was_in_play():
-    async def main():
-        queue = WorkQueue(workers=4)
-        await queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
-        assert (await queue.take(node=0, free=4, size=4)).more is False  # no lag: the next batch comes after
-        await queue.drop(1)
-        await queue.add(2, episodes(2, 3), "play", Params.initial(8, 0))
-        await queue.add(3, episodes(3, 3), "play", Params.initial(8, 0))  # --lag 1: submitted while 2 plays
-        assert (await queue.take(node=0, free=4, size=4)).more is True
-
-    run(main())
+    queue = WorkQueue(workers=4)
+    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    assert (queue.take(node=0, free=4, size=4)).more is False  # no lag: the next batch comes after
+    queue.drop(1)
+    queue.add(2, episodes(2, 3), "play", Params.initial(8, 0))
+    queue.add(3, episodes(3, 3), "play", Params.initial(8, 0))  # --lag 1: submitted while 2 plays
+    assert (queue.take(node=0, free=4, size=4)).more is True
 
 
 def test_a_waiting_request_is_answered_by_the_next_batch_and_by_a_stop():
-    async def main():
-        queue = WorkQueue(workers=4)
-        assert (await queue.take(node=0, free=4, size=4)).given == []  # without waiting: an empty answer
-        waiting = asyncio.ensure_future(queue.take(node=0, free=4, size=4, wait=True))
-        await asyncio.sleep(0.05)
-        assert not waiting.done()  # nothing to hand out: it waits
-        await queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
-        answer = await asyncio.wait_for(waiting, 5)
-        assert [position for _, position, _ in answer.given] == [0, 1, 2] and not answer.stopped
-        waiting = asyncio.ensure_future(queue.take(node=1, free=2, size=2, wait=True))
-        await asyncio.sleep(0.05)
-        assert not waiting.done()
-        await queue.give_back(0, keep={1: [0]})  # node 0 is lost: the matches it had not summed go to node 1
-        assert [position for _, position, _ in (await asyncio.wait_for(waiting, 5)).given] == [1, 2]
-        waiting = asyncio.ensure_future(queue.take(node=1, free=2, size=2, wait=True))
-        await asyncio.sleep(0.05)
-        await queue.stop()
-        answer = await asyncio.wait_for(waiting, 5)
-        assert answer.given == [] and answer.stopped
-        assert await queue.call_counts() == {"take": 4, "empty take": 2}
-
-    run(main())
+    queue = WorkQueue(workers=4)
+    assert queue.take(node=0, free=4, size=4).given == []  # without waiting: an empty answer
+    waiting = Waiting(queue, node=0, free=4, size=4)
+    assert waiting.is_alive()  # nothing to hand out: it waits
+    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    waiting.join(5)
+    assert [position for _, position, _ in waiting.answer.given] == [0, 1, 2] and not waiting.answer.stopped
+    waiting = Waiting(queue, node=1, free=2, size=2)
+    assert waiting.is_alive()
+    queue.give_back(0, keep={1: [0]})  # node 0 is lost: the matches it had not summed go to node 1
+    waiting.join(5)
+    assert [position for _, position, _ in waiting.answer.given] == [1, 2]
+    waiting = Waiting(queue, node=1, free=2, size=2)
+    queue.stop()
+    waiting.join(5)
+    assert waiting.answer.given == [] and waiting.answer.stopped
+    assert queue.call_counts() == {"take": 4, "empty take": 2}
 
 
 class FakeQueue:

@@ -11,8 +11,9 @@ constants measured on this project's machine (docs/SCALING.md says how).
                 node: publishing the weights, the last sums (the node's, then the
                 reducer's on several nodes), the driver's RMSProp step
     driver CPU  a fixed part (receiving the sum, RMSProp, the row), a part per second
-                of the update (reading the queue's reports twice a second), and small
-                parts per match (its stats, in order) and per node
+                of the update (reading the queue's reports twice a second), and a part
+                per match (its stats, in order); none per node since the leaders' runs
+                go on from batch to batch
     queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
                 and owns the weights): a fixed part plus a part per call (the
                 leaders' requests, simulated, their reports, the driver's reads)
@@ -110,9 +111,9 @@ class Constants:
     overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
     overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
     driver_fixed_ms: float  # driver CPU per update whatever the batch, nodes and seconds ...
-    driver_ms_per_second: float  # ... plus this per second of the update (1x64: batch 300 against 60)
-    driver_ms_per_match: float  # ... plus this per match (its stats in order: profiled, 8 us)
-    driver_ms_per_node: float  # ... plus this per node (11x18 against 1x198, batch 300)
+    driver_ms_per_second: float  # ... plus this per second of the update (1x64: the same matches, 4 times as long)
+    driver_ms_per_match: float  # ... plus this per match (its stats, in order: 1x64, batch 3,000 of 100 steps)
+    driver_ms_per_node: float  # ... plus this per node (11x18 against 1x198, batch 300: none left to see)
     queue_fixed_ms: float  # the queue actor's CPU per update (publishing the weights) ...
     queue_ms_per_call: float  # ... plus this per call: the nodes' requests and reports, the driver's reads
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
@@ -121,8 +122,8 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 7.0, 0.008, 0.3, 8, 0.95, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 11, 7.0, 0.008, 0.3, 8, 0.95, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 11, 2.5, 0.016, 0.0, 8, 1.0, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 17, 2.5, 0.016, 0.0, 8, 1.0, 4.25 * 2**20),
 }
 
 
@@ -132,7 +133,7 @@ def cpu_ms(batch: int, nodes: int, cpus: int, seconds: float, c: Constants, aske
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
     leaders = len(leader_sizes(nodes, cpus))
-    calls = asked + leaders * (1 + seconds / REPORT_SECONDS) + 1 + seconds / POLL_SECONDS
+    calls = asked + leaders * seconds / REPORT_SECONDS + 1 + seconds / POLL_SECONDS
     return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls
 
 

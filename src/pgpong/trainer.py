@@ -85,19 +85,24 @@ class Trainer:
         scores: list[float] = []
         lengths: list[int] = []
         durations: list[float] = []
-        worker_time: Counter[str] = Counter()
+        worker_time: Counter[str] = Counter(record_bytes=0)
         diagnostics = Diagnostics()
+        played_steps = 0
         self.log.begin_batch(state.batch + 1, len(episodes), state.running_reward)
 
         def finished(result: EpisodeStats) -> None:  # every episode, in episode order
+            nonlocal played_steps
             durations.append(result.seconds)
             scores.append(result.score)
             lengths.append(result.steps)
-            worker_time.update(result.timings, record_bytes=result.record_bytes)
+            played_steps += result.steps
+            if result.timings:
+                worker_time.update(result.timings)
+            worker_time["record_bytes"] += result.record_bytes
             if result.diagnostics is not None:
                 diagnostics.add(result.diagnostics)
             state.running_reward = _running(state.running_reward, result.score)
-            self.log.episode(len(scores), sum(lengths), state.running_reward)
+            self.log.episode(len(scores), played_steps, state.running_reward)
 
         playing = state.weights if state.previous is None else state.previous  # --lag 1: the weights before
         played = self._play(playing, episodes, finished)  # the exact sum of its gradients

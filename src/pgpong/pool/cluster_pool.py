@@ -95,7 +95,9 @@ class ClusterPool:
         ]
         self._here = ray.get_runtime_context().get_node_id()  # the driver's node, the queue's and the reducer's
         here = NodeAffinitySchedulingStrategy(self._here, soft=False)
-        self._queue: Any = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here).remote(num_workers)
+        threads = len(leaders) + 8  # a request of each leader may wait in the queue; the driver's calls go on
+        queue = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here, max_concurrency=threads)
+        self._queue: Any = queue.remote(num_workers)
         self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()
         self._leaders: dict[Any, int] = {}  # leader -> its running workers
         self._names: dict[Any, int] = {}  # leader -> its number in the queue's books

@@ -3,7 +3,7 @@ whichever node has free workers, so that no worker anywhere idles while a match 
 unplayed; and what the nodes say they have played, for the driver to read a few
 times a batch.
 
-WorkQueue is a small asyncio Ray actor (no CPU of its own, next to the driver). The driver
+WorkQueue is a small threaded Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
 with, which the queue publishes, so that it owns them, not the driver); usually one
 batch is in it at a time, two with --lag 1, where the next batch is added while the
@@ -23,9 +23,11 @@ the weights: the gradients are summed exactly (sums.py).
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,17 @@ from pgpong.rollout import EpisodeId
 Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
 Given = list[tuple[int, int, EpisodeId]]  # (batch, position, episode)
 COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
+
+
+def _locked(method: Callable) -> Callable:
+    """The method, with the queue's lock held (a request that waits lets it go meanwhile)."""
+
+    @functools.wraps(method)
+    def locked(self: WorkQueue, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 @dataclass
@@ -74,13 +87,14 @@ class WorkQueue:
         self.overlapping = False  # a batch was added while another was in play (--lag 1): more may come any time
         self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
         self.stopped = False
-        self._news = asyncio.Condition()  # matches were added (or given back), or the queue stopped
+        # One lock for all of it: the actor answers calls on several threads, so that a
+        # request may wait (for matches to be added or given back, or the queue to stop)
+        # while the others go on. (A threaded actor: an asyncio one cost about twice the
+        # CPU per call here, docs/SCALING.md.)
+        self._lock = threading.Condition()
 
-    async def _tell_waiting(self) -> None:
-        async with self._news:
-            self._news.notify_all()
-
-    async def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
+    @_locked
+    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
         *args)). The queue puts the weights in the object store itself, so that it owns
@@ -90,18 +104,19 @@ class WorkQueue:
         published, _ = publish(weights)
         self.overlapping = self.overlapping or bool(self.batches)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
-        await self._tell_waiting()
+        self._lock.notify_all()
 
-    async def drop(self, batch: int) -> None:
+    @_locked
+    def drop(self, batch: int) -> None:
         """The batch is over (or cancelled): nothing more of it is handed out or heard."""
         self.batches.pop(batch, None)
 
-    async def set_workers(self, workers: int) -> None:
+    @_locked
+    def set_workers(self, workers: int) -> None:
         self.workers = workers
 
-    async def take(
-        self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0, wait: bool = False
-    ) -> Answer:
+    @_locked
+    def take(self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0, wait: bool = False) -> Answer:
         """Matches for `node` (`size` workers, `free` of them free), the oldest batch's
         first, as (batch, position, episode): one per free worker, or more while many
         are left (placement.request_size), so that a node asks about once per few
@@ -117,8 +132,7 @@ class WorkQueue:
         self.calls["take"] += 1
         answer = self._answer(node, free, known, size)
         while wait and not answer.given and not self.stopped:
-            async with self._news:
-                await self._news.wait()
+            self._lock.wait()
             answer = self._answer(node, free, known, size)
         if not answer.given:
             self.calls["empty take"] += 1
@@ -138,12 +152,14 @@ class WorkQueue:
         jobs = {batch: self.batches[batch].job for batch in batches}
         return Answer(given, jobs, left - len(given), tuple(self.batches), self.overlapping, self.stopped)
 
-    async def stop(self) -> None:
+    @_locked
+    def stop(self) -> None:
         """The pool is closing: requests waiting (and any later) get an empty answer that ends the node's run."""
         self.stopped = True
-        await self._tell_waiting()
+        self._lock.notify_all()
 
-    async def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
+    @_locked
+    def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
         """`node` has finished these matches, (batch, position, stats or result), and
         its leader has replaced `replaced` workers since it started."""
         self.calls["report"] += 1
@@ -153,13 +169,15 @@ class WorkQueue:
                 self.batches[batch].reported.setdefault(node, set()).add(position)
                 self.reports.append((batch, node, position, item))
 
-    async def progress(self) -> tuple[list[Report], dict[int, int]]:
+    @_locked
+    def progress(self) -> tuple[list[Report], dict[int, int]]:
         """What the nodes reported since the last call (the driver is the one reader),
         and the workers each node's leader has replaced."""
         reports, self.reports = self.reports, []
         return reports, self.replaced
 
-    async def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
+    @_locked
+    def give_back(self, node: int, keep: dict[int, list[int]] | None = None) -> int:
         """`node` is lost: the matches it took go first to whoever asks next, but, for
         each batch, those in `keep` (already in the batch's sum), or, for a batch not
         in `keep` (evaluated: a match's result is all there is of it), those it reported."""
@@ -170,24 +188,29 @@ class WorkQueue:
             lost = [p for p in queued.taken.pop(node, []) if p not in kept]
             queued.todo.extendleft(reversed(lost))
             lost_count += len(lost)
-        await self._tell_waiting()
+        self._lock.notify_all()
         return lost_count
 
-    async def cpu_seconds(self) -> float:
+    @_locked
+    def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the queue's share of an update)."""
         return time.process_time()
 
-    async def call_counts(self) -> dict[str, int]:
+    @_locked
+    def call_counts(self) -> dict[str, int]:
         """The nodes' requests ("take") and reports ("report") so far."""
         return dict(self.calls)
 
-    async def handed_out(self) -> int:
+    @_locked
+    def handed_out(self) -> int:
         return self.handed
 
-    async def in_play(self) -> list[int]:
+    @_locked
+    def in_play(self) -> list[int]:
         return list(self.batches)
 
-    async def taken_by(self, node: int, batch: int) -> int:
+    @_locked
+    def taken_by(self, node: int, batch: int) -> int:
         queued = self.batches.get(batch)
         return len(queued.taken.get(node, [])) if queued is not None else 0
 
