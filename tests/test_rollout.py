@@ -1,5 +1,7 @@
 """Real ALE episodes: shapes, score range, reuse of one environment, the original dense algorithm as reference."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -169,6 +171,14 @@ def test_an_episodes_diagnostics(weights):
     assert 0 < d.repeats < d.steps
     assert d.losses >= -result.score and 0 <= d.quick_losses <= d.losses
     assert d.fired is not None and d.fired.shape == (200,) and d.fired.any()
+    assert len(pickle.dumps(d)) < 150  # as the driver receives them: the fired units packed 8 to a byte (not 483 B)
+    again = pickle.loads(pickle.dumps(d))
+    assert (again.steps, again.entropy, again.p_up, again.repeats) == (d.steps, d.entropy, d.p_up, d.repeats)
+    assert (again.losses, again.quick_losses) == (d.losses, d.quick_losses)
+    assert again.fired is not None and again.fired.dtype == bool and again.fired.tolist() == d.fired.tolist()
+    assert pickle.loads(pickle.dumps(Diagnostics())).fired is None
+    odd = Diagnostics(fired=np.arange(13) % 3 == 0)  # not a multiple of 8 units
+    assert pickle.loads(pickle.dumps(odd)).fired.tolist() == odd.fired.tolist()
 
 
 def test_quick_losses_count_points_lost_before_the_ball_came_back():
