@@ -204,7 +204,10 @@ class ClusterPool:
         if method == "play":  # in the reducer before any leader can have a sum of it
             ray.get(self._reducer.open.remote(self._batch, len(episodes)), timeout=stall_s)
         began = time.perf_counter()
-        ray.get(self._queue.add.remote(self._batch, episodes, method, weights, args), timeout=stall_s)
+        # The episodes as plain tuples: Ray's arguments go through msgpack, which pickles a
+        # named tuple on its own (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
+        plain = [tuple(episode) for episode in episodes]
+        ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
         measures.add_seconds("publish weights", time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1

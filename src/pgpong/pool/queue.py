@@ -103,6 +103,7 @@ class WorkQueue:
         about half of its CPU time per update (docs/SCALING.md)."""
         published, _ = publish(weights)
         self.overlapping = self.overlapping or bool(self.batches)
+        episodes = [EpisodeId(*episode) for episode in episodes]  # (sent as plain tuples: ClusterPool._add)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
         self._lock.notify_all()
 
