@@ -217,9 +217,11 @@ print(f"gradients into the driver: {played.measures.bytes_in / 2**20:.1f} MB; dr
 # `pgpong.train` does all of this in a loop, writes a run directory (settings,
 # `progress.csv`, checkpoints, TensorBoard events) and returns the run. Its settings
 # are `pgpong train`'s flags (`batch_size` is `--batch-size`), with the same
-# defaults: a batch of 10 matches, the learning rate 0.002. `stop` ends it early: here
-# at a running reward of -10 (the exponential average of match scores; a new network
-# sits near -20.5, 0 is as good as the built-in player) or after a few minutes.
+# defaults: a batch of 10 matches, the learning rate 0.002, an entropy bonus of 0.01
+# and each update clipped to norm 4 (`entropy_bonus=0, max_update_norm=0` give 2016's
+# maths). `stop` ends it early: here at a running reward of -10 (the exponential
+# average of match scores; a new network sits near -20.5, 0 is as good as the
+# built-in player) or after a few minutes.
 # Seed 2 is one of the quick ones. In a notebook the live line above the batch
 # lines shows the batch in progress; the stop button ends the run cleanly, with
 # the last finished batch's checkpoint on disk. (The times shown are those of the

@@ -105,9 +105,9 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "ramp_matches": 1000,
         "learning_rate": 2e-3,
         "warmup": "off",
-        "entropy_bonus": 0.0,
+        "entropy_bonus": 0.01,
         "w2_init_scale": 1.0,
-        "max_update_norm": None,
+        "max_update_norm": 4.0,
         "lag": 0,
         "gamma": 0.99,
         "decay_rate": 0.99,
@@ -144,7 +144,7 @@ BAD_INPUTS = [
     (["--entropy-bonus", "-0.01"], ["--entropy-bonus", "-0.01"]),
     (["--entropy-bonus", "nan"], ["--entropy-bonus", "nan"]),
     (["--w2-init-scale", "0"], ["--w2-init-scale", "(0, 100]"]),
-    (["--max-update-norm", "0"], ["--max-update-norm", "positive"]),
+    (["--max-update-norm", "-1"], ["--max-update-norm", "0 (none) or positive"]),
     (["--seed", "-1"], ["--seed"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps"]),
     (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),
@@ -373,8 +373,11 @@ def test_the_candidate_settings_are_said_on_the_first_line_and_recorded(tmp_path
     assert {k: info[k] for k in wanted} == wanted
     proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), "--iterations", "2")  # resumed: said again
     assert proc.returncode == 0 and said in proc.stdout, proc.stderr
-    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "plain"))
+    proc = run_pgpong(*common, "--run-dir", str(tmp_path / "default"))  # the default's, said too
+    assert proc.returncode == 0 and "; entropy bonus 0.01; updates clipped to norm 4, on" in proc.stdout
+    proc = run_pgpong(*common, "--as-in-2016", "--run-dir", str(tmp_path / "2016"))
     assert proc.returncode == 0 and "entropy" not in proc.stdout and "clipped" not in proc.stdout
+    assert "lr 0.0001" in proc.stdout
 
 
 def test_a_first_step_far_above_the_rules_is_warned_about():

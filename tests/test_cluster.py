@@ -11,11 +11,13 @@ import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, run_pgpong, train_in_process
 from faults import set_fault
+from pgpong.config import TrainConfig
 from pgpong.pool import WorkerSettings
 from pgpong.pool.ray_pool import RayPool
 from pgpong.runlog import read_progress
 
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
+BONUS = TrainConfig().entropy_bonus  # a pool made here plays the default's maths, as the run's config says
 STORE = 150 * 1024**2
 
 
@@ -53,7 +55,7 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     started = tmp_path / "batch-2-started"
     set_fault(monkeypatch, f"mark:1:{started}")  # a worker marks its first episode of batch 2
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 2)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"], entropy_bonus=BONUS), 2)
     assert pool.num_workers == 2
     run_dir = tmp_path / "run"
     removed = []
@@ -106,7 +108,7 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
     lagged = {**SETTINGS, "batch_size": 6, "lag": 1}
     started = tmp_path / "batch-3-started"
     set_fault(monkeypatch, f"mark:2:{started}")
-    pool = ClusterPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"]), 3)
+    pool = ClusterPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"], entropy_bonus=BONUS), 3)
     assert pool.nodes() == 3
 
     def remove_a_node_when_batch_3_starts():

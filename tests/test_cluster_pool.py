@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
+from pgpong.config import TrainConfig
 from pgpong.pool import WorkerSettings
 from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
 from pgpong.pool.ray_pool import RayPool
@@ -18,7 +19,7 @@ from pgpong.rollout import EpisodeId
 from pgpong.runlog import DIAGNOSTICS, read_progress
 
 SETTINGS = dict(seed=3, batch_size=33, hidden=16, max_episode_steps=60, checkpoint_every=0)
-WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"])
+WORKERS = WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"], entropy_bonus=TrainConfig().entropy_bonus)
 STORE = 100 * 1024**2
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import PGPONG, hang_guard, run_pgpong, train_in_process
 from faults import fault_env, set_fault
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
+from pgpong.config import TrainConfig
 from pgpong.policy import Params
 from pgpong.pool import Limits, PoolError, WorkerSettings
 from pgpong.pool.ray_pool import RayPool
@@ -19,6 +20,7 @@ from pgpong.rollout import EpisodeId
 from pgpong.runlog import read_progress
 
 SETTINGS = dict(seed=3, batch_size=4, hidden=16, max_episode_steps=500, checkpoint_every=0)  # every batch's
+BONUS = TrainConfig().entropy_bonus  # a pool made here plays the default's maths, as the run's config says
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_inst
     """A worker killed (SIGKILL) at its first episode of batch 2: an event, not a sleep."""
     marker = tmp_path / "killed.pid"
     set_fault(monkeypatch, f"die:1:{marker}")
-    pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2)
+    pool = RayPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"]), entropy_bonus=BONUS), 2)
     victims = pool.call_all("pid")  # the workers' process ids
     run_dir = tmp_path / "run"
     try:
@@ -374,7 +376,9 @@ def test_a_frozen_worker_is_ended_and_its_episodes_played_elsewhere(tmp_path, ra
     set_fault(monkeypatch, f"stop:1:{marker}")
     floor = 3.0
     pool = RayPool(
-        WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"])), 2, limits=Limits(stuck_floor_s=floor)
+        WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"]), entropy_bonus=BONUS),
+        2,
+        limits=Limits(stuck_floor_s=floor),
     )
     run_dir = tmp_path / "run"
     try:

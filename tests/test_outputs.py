@@ -80,7 +80,8 @@ def test_off_a_terminal_train_prints_exactly_the_plain_lines(tmp_path):
     lines = proc.stdout.splitlines()
     assert re.fullmatch(
         r"pgpong: new run in .*: ALE/Pong-v5, batch 2, lr 0\.002, RMSProp decay 0\.99 "
-        r"\(the batch rule at 10 and below\), on this process \(no Ray\)",
+        r"\(the batch rule at 10 and below\); entropy bonus 0\.01; updates clipped to norm 4, "
+        r"on this process \(no Ray\)",
         lines[0],
     )
     batch_line = (

@@ -15,8 +15,12 @@ from pgpong.session import open_trainer
 AT = pace.SIGN_ENV_STEPS
 
 
+# The sign was measured with 2016's maths (the default before 2026-11-25).
+MEASURED_AT = {"entropy_bonus": 0.0, "max_update_norm": 0.0}
+
+
 def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at():
-    default = TrainConfig()
+    default = TrainConfig(**MEASURED_AT)
     for measured_rate in (1.5e-3, 3e-3):
         assert pace.slow_run_note(dataclasses.replace(default, learning_rate=measured_rate), AT - 1, AT, -9.0)
     note = pace.slow_run_note(default, AT - 5_000, AT + 300, -10.4)
@@ -43,10 +47,17 @@ def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at
         assert pace.slow_run_note(dataclasses.replace(default, **unmeasured), AT - 1, AT, -15.0) is None, unmeasured
 
 
+def test_the_note_speaks_for_the_default_with_its_own_figures():
+    default = TrainConfig()  # the entropy bonus 0.01 with updates clipped to norm 4
+    note = pace.slow_run_note(default, AT - 5_000, AT + 300, -8.2)
+    assert note is not None and "6.1M (1 of 12)" in note and "the 11 others 2.1M-3.2M" in note and len(note) < 200
+    assert pace.slow_run_note(dataclasses.replace(default, max_update_norm=4.5), AT - 1, AT, -15.0) is None
+
+
 @pytest.mark.parametrize(("score", "noted"), [(-21.0, True), (0.0, False)])
 def test_a_run_shows_the_note_once_on_its_console_and_its_live_line(tmp_path, monkeypatch, score, noted):
     monkeypatch.setattr(pace, "SIGN_ENV_STEPS", 2_500)  # the scripted pool's episodes are 100 steps: batch 3 crosses
-    run = open_run(tmp_path / "r", {"iterations": 5, "workers": 0})
+    run = open_run(tmp_path / "r", {"iterations": 5, "workers": 0, **MEASURED_AT})
     out = io.StringIO()
     with open_trainer(run, ScriptedPool([score] * 50), {}, out=out, live=True, tensorboard=False) as trainer:
         trainer.train()

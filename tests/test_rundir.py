@@ -31,7 +31,7 @@ OTHER = {
     "ramp_from": 1,
     "ramp_matches": 500,
     "warmup": "on",
-    "entropy_bonus": 0.01,
+    "entropy_bonus": 0.02,
     "w2_init_scale": 0.1,
     "max_update_norm": 5.0,
     "lag": 1,
@@ -113,7 +113,7 @@ def test_a_run_made_before_a_candidate_setting_existed_resumes_with_its_default(
     goes on so, and its checkpoints do not fit a run that sets it."""
     from pgpong.checkpoint import CheckpointError
 
-    new_run(tmp_path / "r")
+    new_run(tmp_path / "r", **{name: default})  # (the defaults since 2026-11-25 add the bonus and the clipping)
     path = tmp_path / "r" / "config.json"
     data = json.loads(path.read_text())
     assert data["config"].pop(name) == default

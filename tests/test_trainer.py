@@ -183,6 +183,8 @@ def test_a_batch_is_one_rmsprop_step_on_the_summed_episode_gradients(tmp_path, w
         "decay_rate": 0.9,
         "gamma": 0.95,
         "warmup": warmup,
+        "entropy_bonus": 0.0,  # 2016's maths: the step on the plain summed gradients
+        "max_update_norm": 0.0,
         "iterations": 1,
         "workers": 0,
     }

@@ -95,7 +95,7 @@ class TrainConfig:
         metavar="on|off",
     )
     entropy_bonus: float = setting(
-        0.0,
+        0.01,
         "beta: add beta x dH/dlogit = -beta p (1 - p) logit to every step's advantage-weighted signal, the "
         "gradient of beta x the policy's entropy H (nats), which pulls P(UP) back towards 0.5; 0: none, as in 2016",
         metavar="BETA",
@@ -107,10 +107,10 @@ class TrainConfig:
         metavar="S",
     )
     max_update_norm: float | None = setting(
-        None,
-        "clip each RMSProp update (W1 and W2 together) to this L2 norm; RMSProp's cache is not changed by it",
+        4.0,
+        "clip each RMSProp update (W1 and W2 together) to this L2 norm; RMSProp's cache is not changed by it; "
+        "0: none, as in 2016",
         metavar="NORM",
-        shown="no clipping",
     )
     lag: int = setting(
         0,
@@ -192,8 +192,8 @@ class TrainConfig:
             f"--w2-init-scale must be in (0, {MAX_INIT_SCALE:g}] (1: Xavier), got {self.w2_init_scale}",
         )
         check(
-            self.max_update_norm is None or (is_number(self.max_update_norm) and self.max_update_norm > 0),
-            f"--max-update-norm must be positive (no flag: no clipping), got {self.max_update_norm}",
+            self.max_update_norm is None or (is_number(self.max_update_norm) and self.max_update_norm >= 0),
+            f"--max-update-norm must be 0 (none) or positive, got {self.max_update_norm}",
         )
         check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
         check(is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
@@ -297,12 +297,26 @@ def save_config(config: TrainConfig, path: Path, extra: dict[str, Any] | None = 
     tmp.replace(path)
 
 
+# What a run made before a setting existed trained with: 2016's maths (its config.json
+# and checkpoints lack the setting). The defaults changed since (2026-11-25: the entropy
+# bonus and the update clipping are on), so a missing setting means this, not the default.
+BEFORE_THEY_EXISTED: dict[str, Any] = {
+    "warmup": "off",
+    "entropy_bonus": 0.0,
+    "w2_init_scale": 1.0,
+    "max_update_norm": None,
+    "lag": 0,
+}
+# Karpathy's 2016 algorithm with the Ray example's constants: `pgpong train --as-in-2016`.
+AS_IN_2016: dict[str, Any] = {"learning_rate": 1e-4, "entropy_bonus": 0.0, "max_update_norm": 0.0}
+
+
 def load_config(path: Path) -> TrainConfig:
     data = _read_json(path)
     try:
         if not isinstance(data.get("config"), dict):
             raise ValueError('no "config" object')
-        return TrainConfig.from_dict(data["config"]).validate()
+        return TrainConfig.from_dict({**BEFORE_THEY_EXISTED, **data["config"]}).validate()
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 

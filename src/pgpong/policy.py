@@ -249,7 +249,7 @@ class RMSProp:
             updates.append(scratch)  # lr * g / (sqrt(cache) + eps)
         norm = math.sqrt(sum(squared_norm(u) for u in updates))
         self.last_clip = 1.0
-        if self.max_update_norm is not None and norm > self.max_update_norm:
+        if self.max_update_norm and norm > self.max_update_norm:  # (0 or None: no clipping)
             self.last_clip = self.max_update_norm / norm
             for update in updates:
                 update *= update.dtype.type(self.last_clip)

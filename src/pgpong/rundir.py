@@ -22,7 +22,7 @@ from pgpong.checkpoint import (
     load_checkpoint,
     remove_stale_temporaries,
 )
-from pgpong.config import ConfigError, TrainConfig, load_config, save_config
+from pgpong.config import BEFORE_THEY_EXISTED, ConfigError, TrainConfig, load_config, save_config
 from pgpong.errors import PgpongError
 from pgpong.policy import Params
 from pgpong.runlog import RunLog, last_recorded_batch
@@ -125,16 +125,6 @@ def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Pa
     # A run directory with no usable checkpoint starts again from the initial weights.
     weights = Params.initial(run.config.hidden, run.config.seed, w2_scale=run.config.w2_init_scale)
     return TrainingState(weights=weights, cache=weights.zeros_like()), None, skipped
-
-
-# What a checkpoint made before a setting existed trained with: 2016's maths.
-BEFORE_THEY_EXISTED = {
-    "warmup": "off",
-    "entropy_bonus": 0.0,
-    "w2_init_scale": 1.0,
-    "max_update_norm": None,
-    "lag": 0,
-}
 
 
 def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:

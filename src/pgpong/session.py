@@ -138,7 +138,7 @@ def candidate_settings(config: TrainConfig) -> str:
         parts.append(f"entropy bonus {config.entropy_bonus:g}")
     if config.w2_init_scale != 1:
         parts.append(f"W2 initialised x{config.w2_init_scale:g}")
-    if config.max_update_norm is not None:
+    if config.max_update_norm:
         parts.append(f"updates clipped to norm {config.max_update_norm:g}")
     if config.lag:
         parts.append(f"batches played {config.lag} update behind (--lag)")

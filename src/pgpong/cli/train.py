@@ -22,7 +22,7 @@ from pgpong.cli.common import (
     resume_command,
     terminated,
 )
-from pgpong.config import TrainConfig, add_flags, given
+from pgpong.config import AS_IN_2016, TrainConfig, add_flags, given
 
 BLAS_NOTE = """\
 BLAS threads: each rollout worker is pinned to one BLAS/OpenMP thread (threadpoolctl
@@ -46,6 +46,13 @@ def add_parser(sub) -> None:
 
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_flags(p, TrainConfig)
+    p.add_argument(
+        "--as-in-2016",
+        action="store_true",
+        help="Karpathy's 2016 algorithm with the Ray example's constants: --lr 1e-4 --entropy-bonus 0 "
+        "--max-update-norm 0 (flags given beside it win); --entropy-bonus 0 --max-update-norm 0 alone give "
+        "pgpong's default before 2026-11-25",
+    )
     p.add_argument(
         "--run-dir",
         type=Path,
@@ -76,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.trainer import TrainingDiverged
 
     settings = given(args, TrainConfig)
+    if getattr(args, "as_in_2016", False):
+        settings = {**AS_IN_2016, **settings}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
     if args.redis_address and not args.address:
         note("--redis-address is the old name of --address")
