@@ -2,6 +2,7 @@
 
 import dataclasses
 import io
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ AT = pace.SIGN_ENV_STEPS
 
 
 # The sign was measured with 2016's maths (the default before 2026-11-25).
-MEASURED_AT = {"entropy_bonus": 0.0, "max_update_norm": 0.0}
+MEASURED_AT: dict[str, Any] = {"entropy_bonus": 0.0, "max_update_norm": 0.0}
 
 
 def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at():

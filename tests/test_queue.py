@@ -26,7 +26,8 @@ class Waiting(threading.Thread):
 
     def __init__(self, queue, **request):
         super().__init__(daemon=True)
-        self.queue, self.request, self.answer = queue, request, None
+        self.queue, self.request = queue, request
+        self.answer: Answer = Answer([], {}, 0, (), False)  # until the request is answered
         self.start()
         time.sleep(0.05)
 
