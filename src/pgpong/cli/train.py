@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.trainer import TrainingDiverged
 
     settings = given(args, TrainConfig)
-    if getattr(args, "as_in_2016", False):
+    if args.as_in_2016:
         settings = {**AS_IN_2016, **settings}
     address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
     if args.redis_address and not args.address:

@@ -62,9 +62,7 @@ class Reducer:
     async def open(self, batch: int, matches: int) -> None:
         self.batches[batch] = Summing(matches)
 
-    async def add(
-        self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare | None = None
-    ) -> bool:
+    async def add(self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare) -> bool:
         """Add `node`'s sum (of the matches at `positions`); False if the batch is over
         or the node was declared lost meanwhile (its matches are being played again)."""
         summing = self.batches.get(batch)
@@ -73,8 +71,7 @@ class Reducer:
         summing.total = summing.total or ExactSum(len(part.W2))
         summing.total.add(part)
         summing.counted.setdefault(node, []).extend(positions)
-        if share is not None:
-            summing.shares.append((time.monotonic(), share))
+        summing.shares.append((time.monotonic(), share))
         if summing.complete():
             async with self._news:
                 self._news.notify_all()

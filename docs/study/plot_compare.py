@@ -1,9 +1,11 @@
-"""The default against --entropy-bonus 0.01 on seeds 0-11 (docs/study/default12 and
-docs/study/ent001): each seed's running reward by env steps, and each setting's median.
+"""Studies of the same seeds side by side: each trial's running reward by env steps (a
+thin line) and each study's median (a thick one), with how many trials reached 0.
 
-    .venv/bin/python docs/study/default12/plot_compare.py   # writes docs/study/default12/compare.png
+    .venv/bin/python docs/study/plot_compare.py docs/study/default12/compare.png default12 ent001
+    .venv/bin/python docs/study/plot_compare.py docs/study/clipbonus/compare.png default12 ent001 clipbonus
 """
 
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -15,10 +17,12 @@ import numpy as np  # noqa: E402
 from pgpong.runlog import read_progress  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-STUDIES = [
-    (HERE, "default (batch 10, lr 2e-3): 6 of 12 reached 0", "tab:red"),
-    (HERE.parent / "ent001", "--entropy-bonus 0.01: 10 of 12 reached 0", "tab:blue"),
-]
+SETTINGS = {  # a study's directory here -> what its trials played
+    "default12": "2016's maths (the default before 2026-11-25; batch 10, lr 2e-3)",
+    "ent001": "--entropy-bonus 0.01 alone",
+    "clipbonus": "the default since 2026-11-25: --entropy-bonus 0.01 with --max-update-norm 4",
+}
+COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple"]
 GRID = np.linspace(0, 7e6, 141)  # env steps where the medians are taken
 
 
@@ -30,20 +34,22 @@ def curves(study: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     return runs
 
 
-def main() -> None:
+def main(output: Path, studies: list[str]) -> None:
     fig, ax = plt.subplots(figsize=(9, 5.8), dpi=110)
-    for study, label, color in STUDIES:
-        runs = curves(study)
+    for name, color in zip(studies, COLORS, strict=False):
+        runs = curves(HERE / name)
         for steps, reward in runs:
             ax.plot(steps / 1e6, reward, color=color, alpha=0.25, linewidth=0.8)
         # a run that stopped at 0 stays there for the median: it is done, not lost
         held = [np.interp(GRID, steps, reward, right=max(reward[-1], 0.0) if reward[-1] >= 0 else np.nan) for steps, reward in runs]
         median = np.nanmedian(np.array(held), axis=0)
-        ax.plot(GRID / 1e6, median, color=color, linewidth=2.4, label=label + " (thick: median of the 12 seeds)")
+        reached = sum(reward.max() >= 0 for _, reward in runs)
+        label = f"{SETTINGS.get(name, name)}: {reached} of {len(runs)} reached 0 (thick: median of the {len(runs)} seeds)"
+        ax.plot(GRID / 1e6, median, color=color, linewidth=2.4, label=label)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.axhline(-8, color="gray", linewidth=0.8, linestyle=":")
     ax.axvline(2, color="gray", linewidth=0.8, linestyle=":")
-    ax.text(2.05, -7.6, "the early sign: below -8 at 2M env steps", color="dimgray", fontsize=8)
+    ax.text(2.12, -7.6, "the early sign: below -8 at 2M env steps", color="dimgray", fontsize=8)
     ax.set_xlim(0, 7.1)
     ax.set_ylim(-21, 3)
     ax.set_xlabel("env steps (millions)")
@@ -52,8 +58,8 @@ def main() -> None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1, fontsize=8.5, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(HERE / "compare.png")
+    fig.savefig(output)
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]), sys.argv[2:])
