@@ -47,6 +47,7 @@ ROOMS: list[tuple[str, list[str]]] = [
             "pool.leader",
             "pool.reducer",
             "pool.queue",
+            "pool.columns",
             "pool.ray_pool",
             "pool.local",
             "pool.handout",

@@ -47,7 +47,7 @@ from pgpong.pool.base import (
     ignore_episode,
 )
 from pgpong.pool.leader import NodeDone, NodeLeader
-from pgpong.pool.queue import WorkQueue
+from pgpong.pool.queue import Heard, WorkQueue
 from pgpong.pool.reducer import Reducer, Total
 from pgpong.pool.sums import SUMMING
 from pgpong.pool.worker import WorkerKind, worker_env
@@ -204,9 +204,10 @@ class ClusterPool:
         if method == "play":  # in the reducer before any leader can have a sum of it
             ray.get(self._reducer.open.remote(self._batch, len(episodes)), timeout=stall_s)
         began = time.perf_counter()
-        # The episodes as plain tuples: Ray's arguments go through msgpack, which pickles a
-        # named tuple on its own (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
-        plain = [tuple(episode) for episode in episodes]
+        # The episodes as lists of numbers: Ray's arguments go through msgpack (strict
+        # types), which packs those itself but pickles each tuple, named or not, on its own
+        # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
+        plain = [list(episode) for episode in episodes]
         ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
         measures.add_seconds("publish weights", time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
@@ -261,11 +262,14 @@ class ClusterPool:
         for leader, number in self._names.items():
             self._replaced[leader] = max(self._replaced[leader], replaced.get(number, 0))
         self._heard(reports)
-        for batch, _, position, item in reports:
+        for batch, _, positions, items in reports:
             in_play = self._in_play.get(batch)
-            if in_play is not None and position not in in_play.reported:  # a match played again after its node was lost
-                in_play.reported.add(position)
-                in_play.heard.append((position, item))
+            if in_play is None:
+                continue
+            for position, item in zip(positions, items, strict=True):
+                if position not in in_play.reported:  # (else a match played again after its node was lost)
+                    in_play.reported.add(position)
+                    in_play.heard.append((position, item))
         return bool(reports)
 
     def _start_leaders(self) -> None:
@@ -296,8 +300,8 @@ class ClusterPool:
         if added < self._added and leader in self._names:
             self._runs[self._call(leader, self._names[leader])] = (leader, self._added)
 
-    def _heard(self, reports: list[tuple[int, int, int, Any]]) -> None:
-        """The queue's reports: (batch, node number, position, stats or result). (A hook for tests.)"""
+    def _heard(self, reports: list[Heard]) -> None:
+        """The queue's reports: (batch, node number, positions, their stats or results). (A hook for tests.)"""
 
     def _call(self, leader: Any, number: int) -> Any:
         return leader.run.remote(self._queue, self._reducer, number, self._here)

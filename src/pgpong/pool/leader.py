@@ -14,6 +14,7 @@ from typing import Any
 
 from pgpong.placement import REPORT_SECONDS
 from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings
+from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.queue import QueueFeed
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import NodeShare
@@ -54,7 +55,7 @@ class NodeLeader:
         copy = queue_node != self.node_id  # the queue's node reads the queue's copy
         feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
-        finished: list[tuple[int, int, Any]] = []  # (batch, position, stats or result) not yet reported
+        finished: Finished = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
         for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
             left = feed.done(batch)
@@ -68,14 +69,16 @@ class NodeLeader:
                 result = result.stats
             finished.append((batch, position, result))
             if not left:  # its last match here: the batch's stats, then its sum, leave now
-                ray.get(queue.report.remote(node, finished, self.pool.replaced))  # before the sum completes it
+                report = by_batch(finished)
+                ray.get(queue.report.remote(node, report, self.pool.replaced))  # before the sum completes it
                 finished, last = [], time.monotonic()
                 if batch in sums:
                     self._hand_over(reducer, batch, node, *sums.pop(batch), measures, self.pool.idle_seconds())
             elif time.monotonic() - last > REPORT_SECONDS:
-                queue.report.remote(node, finished, self.pool.replaced)
+                queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
-        ray.get(queue.report.remote(node, finished, self.pool.replaced))  # in the queue before the run is over
+        report = by_batch(finished)
+        ray.get(queue.report.remote(node, report, self.pool.replaced))  # in the queue before the run is over
         return NodeDone(replaced=self.pool.replaced)
 
     def _hand_over(

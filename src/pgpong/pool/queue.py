@@ -34,10 +34,11 @@ from typing import Any
 from pgpong.placement import request_size
 from pgpong.policy import Params
 from pgpong.pool.base import Job
+from pgpong.pool.columns import Report
 from pgpong.pool.worker import PublishedWeights, publish
 from pgpong.rollout import EpisodeId
 
-Report = tuple[int, int, int, Any]  # (batch, node, position, stats or result)
+Heard = tuple[int, int, list[int], Any]  # (batch, node, positions, their stats or results: columns.Report's)
 Given = list[tuple[int, int, EpisodeId]]  # (batch, position, episode)
 COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
 
@@ -81,7 +82,7 @@ class WorkQueue:
     def __init__(self, workers: int):
         self.workers = workers  # of the whole cluster
         self.batches: dict[int, QueuedBatch] = {}  # in the order they were added
-        self.reports: list[Report] = []
+        self.reports: list[Heard] = []
         self.replaced: dict[int, int] = {}  # node -> workers its leader has replaced, as last reported
         self.handed = 0  # matches handed out, those handed out again included
         self.overlapping = False  # a batch was added while another was in play (--lag 1): more may come any time
@@ -103,7 +104,7 @@ class WorkQueue:
         about half of its CPU time per update (docs/SCALING.md)."""
         published, _ = publish(weights)
         self.overlapping = self.overlapping or bool(self.batches)
-        episodes = [EpisodeId(*episode) for episode in episodes]  # (sent as plain tuples: ClusterPool._add)
+        episodes = [EpisodeId(*episode) for episode in episodes]  # (sent as lists: ClusterPool._add)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
         self._lock.notify_all()
 
@@ -160,18 +161,19 @@ class WorkQueue:
         self._lock.notify_all()
 
     @_locked
-    def report(self, node: int, finished: list[tuple[int, int, Any]], replaced: int = 0) -> None:
-        """`node` has finished these matches, (batch, position, stats or result), and
-        its leader has replaced `replaced` workers since it started."""
+    def report(self, node: int, finished: list[Report], replaced: int = 0) -> None:
+        """`node` has finished these matches, per batch (batch, positions, their stats
+        in columns or their results), and its leader has replaced `replaced` workers
+        since it started. The stats pass through as they came, never made into objects here."""
         self.calls["report"] += 1
         self.replaced[node] = replaced
-        for batch, position, item in finished:
+        for batch, positions, items in finished:
             if batch in self.batches:
-                self.batches[batch].reported.setdefault(node, set()).add(position)
-                self.reports.append((batch, node, position, item))
+                self.batches[batch].reported.setdefault(node, set()).update(positions)
+                self.reports.append((batch, node, positions, items))
 
     @_locked
-    def progress(self) -> tuple[list[Report], dict[int, int]]:
+    def progress(self) -> tuple[list[Heard], dict[int, int]]:
         """What the nodes reported since the last call (the driver is the one reader),
         and the workers each node's leader has replaced."""
         reports, self.reports = self.reports, []
