@@ -187,3 +187,17 @@ def test_with_json_stdout_carries_the_report_alone(capfd):
     assert "a line of noise" in captured.err and "a child's noise" in captured.err
     print("stdout again")
     assert capfd.readouterr().out == "stdout again\n"
+
+
+def test_bench_plays_with_the_settings_training_plays_with():
+    """bench's workers are built as `pgpong train`'s are, the default entropy bonus
+    included (a pool built by hand plays without it: its gradients differ)."""
+    from pgpong.bench.options import BenchOptions
+    from pgpong.bench.updates import as_trained
+    from pgpong.config import TrainConfig
+    from pgpong.session import worker_settings
+
+    settings = as_trained(BenchOptions(env_id="Pong-v0", max_episode_steps=300))
+    assert settings == worker_settings(TrainConfig(env_id="Pong-v0", max_episode_steps=300))
+    assert settings.entropy_bonus == TrainConfig().entropy_bonus > 0
+    assert (settings.env_id, settings.max_episode_steps) == ("Pong-v0", 300)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pgpong.bench.options import BenchOptions, Shape
-from pgpong.bench.updates import scratch_trainer, update_table, updates
+from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates
 from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
@@ -158,7 +158,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
     import ray
 
     shape = Shape.parse(str(opts.simulate))
-    settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
+    settings = as_trained(opts)
     weights, source = bank_policy(opts)
     say(f"starting a local Ray cluster of {shape.nodes} node(s) of {shape.cpus} CPUs: {shape.nodes} raylet(s)")
     cluster = start_cluster(shape)

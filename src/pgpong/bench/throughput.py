@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pgpong.bench.options import BenchOptions
-from pgpong.bench.updates import scratch_trainer, update_table, updates
+from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates
 from pgpong.cluster import stop_ray
 from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
 from pgpong.policy import Params
@@ -160,7 +160,7 @@ def _seconds_per_call(call, times: int) -> float:
 def measure(opts: BenchOptions, say: Callable[[str], None], status: Callable[[str], None]) -> dict[str, Any]:
     """Every figure of `pgpong bench` on real workers (this machine or a cluster)."""
     try:
-        settings = WorkerSettings(opts.env_id, opts.max_episode_steps)
+        settings = as_trained(opts)
         pool = open_pool(settings, opts.workers, opts.address, note=say, kind=WorkerKind(BenchWorker))
         assert isinstance(pool, RayPool | ClusterPool)  # bench measures Ray workers: --workers 0 is refused
         workers = pool.num_workers

@@ -15,13 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from pgpong.bench.options import BenchOptions
+from pgpong.config import TrainConfig
 from pgpong.placement import best_whole_matches, first_free, lower_bound
 from pgpong.pool import Pool
+from pgpong.pool.base import WorkerSettings
 from pgpong.rundir import open_run
-from pgpong.session import open_trainer
+from pgpong.session import open_trainer, worker_settings
 from pgpong.trainer import BatchReport, Trainer
 
 RAY_PAUSE_S = 0.0035  # a worker's pause between two matches (docs/PERFORMANCE.md: 3.2-3.6 ms)
+
+
+def as_trained(opts: BenchOptions) -> WorkerSettings:
+    """The rollout workers' settings that `pgpong train` makes with bench's options
+    (the default entropy bonus among them): bench measures what training plays."""
+    return worker_settings(TrainConfig(env_id=opts.env_id, max_episode_steps=opts.max_episode_steps))
 
 
 @contextmanager
