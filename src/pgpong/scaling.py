@@ -15,8 +15,9 @@ constants measured on this project's machine (docs/SCALING.md says how).
                 per match (its stats, in order); none per node since the leaders' runs
                 go on from batch to batch
     queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
-                and owns the weights): a fixed part plus a part per call (the
-                leaders' requests, simulated, their reports, the driver's reads)
+                and owns the weights): a fixed part, a part per call (the leaders'
+                requests, simulated, their reports, the driver's reads) and a small
+                part per match
     bytes into the driver  one float32 sum on the pixels the batch touched
     and an update takes at least the driver's CPU time, and the queue's
 
@@ -119,11 +120,12 @@ class Constants:
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
     ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
     queue_s: float = 0.002  # on several nodes, a freed worker's wait for its node's request to the queue
+    queue_ms_per_match: float = 0.0012  # the queue's per match: handing it out, its stats passed on (1x64, batch 3,000)
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 12, 2.5, 0.009, 0.0, 8, 1.0, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 14, 2.5, 0.009, 0.0, 8, 1.0, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.060, 0.002, 12, 2.5, 0.005, 0.0, 8, 1.0, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.080, 0.003, 14, 2.5, 0.005, 0.0, 8, 1.0, 4.25 * 2**20),
 }
 
 
@@ -134,7 +136,7 @@ def cpu_ms(batch: int, nodes: int, cpus: int, seconds: float, c: Constants, aske
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
     leaders = len(leader_sizes(nodes, cpus))
     calls = asked + leaders * seconds / REPORT_SECONDS + 1 + seconds / POLL_SECONDS
-    return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls
+    return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls + c.queue_ms_per_match * batch
 
 
 def leader_sizes(nodes: int, cpus: int) -> list[int]:
