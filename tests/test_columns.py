@@ -3,11 +3,12 @@ through pickle as the queue and the driver read it, is the same, field by field.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
 
-from pgpong.pool.columns import StatsColumns, by_batch
+from pgpong.pool.columns import DIAGNOSTICS_FIELDS, STATS_FIELDS, StatsColumns, by_batch
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats, MatchResult
 
 
@@ -38,22 +39,29 @@ def some_stats(count: int, hidden: int = 13) -> list[EpisodeStats]:
 
 
 def same(a: EpisodeStats, b: EpisodeStats) -> None:
-    assert type(a.episode) is EpisodeId and a.episode == b.episode
-    fields = ("score", "steps", "seconds", "timings", "record_bytes")
-    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
-    assert type(a.steps) is int and type(a.score) is float
+    """Every field of the two, compared with its type (an int read back as a float fails)."""
+    assert type(a.episode) is EpisodeId
+    for name in (f.name for f in dataclasses.fields(EpisodeStats) if f.name != "diagnostics"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert type(x) is type(y) and x == y, name
     if b.diagnostics is None:
         assert a.diagnostics is None
         return
     assert a.diagnostics is not None
-    da, db = a.diagnostics, b.diagnostics
-    assert (da.steps, da.entropy, da.p_up, da.repeats, da.losses, da.quick_losses) == (
-        db.steps, db.entropy, db.p_up, db.repeats, db.losses, db.quick_losses,
-    )  # fmt: skip
-    if db.fired is None:
-        assert da.fired is None
+    for name in (f.name for f in dataclasses.fields(Diagnostics) if f.name != "fired"):
+        x, y = getattr(a.diagnostics, name), getattr(b.diagnostics, name)
+        assert type(x) is type(y) and x == y, name
+    fired, expected = a.diagnostics.fired, b.diagnostics.fired
+    if expected is None:
+        assert fired is None
     else:
-        assert da.fired is not None and da.fired.dtype == bool and np.array_equal(da.fired, db.fired)
+        assert fired is not None and fired.dtype == bool and np.array_equal(fired, expected)
+
+
+def test_the_columns_carry_every_field_of_the_stats() -> None:
+    """A field added to EpisodeStats or Diagnostics must be added to the columns too."""
+    assert tuple(f.name for f in dataclasses.fields(EpisodeStats)) == STATS_FIELDS
+    assert tuple(f.name for f in dataclasses.fields(Diagnostics)) == DIAGNOSTICS_FIELDS
 
 
 def test_stats_read_back_through_pickle_field_by_field() -> None:

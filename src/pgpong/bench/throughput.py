@@ -332,7 +332,8 @@ def _memory(opts: BenchOptions, reports: list[BatchReport]) -> dict[str, float]:
     steps = sum(_batch_steps(r) for r in reports)
     record_bytes = sum(r.worker_time.get("record_bytes", 0) for r in reports)
     probe_class = ray.remote(num_cpus=1)(BenchWorker)
-    probe: Any = probe_class.remote(WorkerSettings(opts.env_id, opts.memory_steps), endless=True)
+    settings = dataclasses.replace(as_trained(opts), max_episode_steps=opts.memory_steps)
+    probe: Any = probe_class.remote(settings, endless=True)
     try:
         before = ray.get(probe.peak_rss.remote(), timeout=Limits().start_s)
         episode = probe.play.remote(Params.initial(200, opts.seed), EpisodeId(opts.seed, 0, 0))

@@ -20,6 +20,10 @@ import numpy as np
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 
 Columns = tuple[Any, ...]  # what StatsColumns pickles: lists of numbers, and bytes
+# The fields the columns carry, each by hand: a field added to either class must be added
+# here and below (tests/test_columns.py checks these against the classes).
+STATS_FIELDS = ("episode", "score", "steps", "seconds", "timings", "record_bytes", "diagnostics")
+DIAGNOSTICS_FIELDS = ("steps", "entropy", "p_up", "repeats", "losses", "quick_losses", "fired")
 
 
 class StatsColumns:
