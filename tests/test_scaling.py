@@ -1,5 +1,6 @@
 """The scaling model (scaling.py)."""
 
+import numpy as np
 import pytest
 
 from pgpong.placement import best_whole_matches
@@ -178,3 +179,32 @@ def test_a_ramp_run_is_grouped_as_its_ramp_and_projected_batch_by_batch(tmp_path
     # each update at its own batch size: the sum of the three one-row projections
     assert whole["minutes"] == pytest.approx(sum(parts), rel=1e-9)
     assert parts[0] < parts[2]  # batch 60 late takes longer than 10 early on 64 cores
+
+
+def test_a_lagged_run_is_grouped_apart_and_projected_at_the_lags_pace(tmp_path):
+    """A run with --lag 1 (its config.json says so) is its own row, and each of its
+    updates takes predict_lag's steady pace, not a lone batch's."""
+    from pathlib import Path
+
+    from pgpong.config import TrainConfig, save_config
+    from pgpong.scaling import Constants, learning_table, predict, predict_lag, project
+
+    head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
+    line = "1,300,300000,60.0,0.5,1000,300,0"
+    for lag in (0, 1):
+        run = Path(tmp_path / f"lag{lag}")
+        run.mkdir()
+        save_config(TrainConfig(batch_size=300, lag=lag), run / "config.json")
+        (run / "progress.csv").write_text(head + line + "\n")
+    text = learning_table([str(tmp_path / "lag0"), str(tmp_path / "lag1")])
+    assert "| 300 (lr 0.011, decay 0.7) | 1/1 |" in text
+    assert "| 300 (lr 0.011, decay 0.7, lag 1) | 1/1 |" in text
+    row = {k: float(v) for k, v in zip(head.strip().split(","), line.split(","), strict=True)}
+    alone, lagged = project([row], 11, 18), project([row], 11, 18, lag=1)
+    assert alone is not None and lagged is not None
+    c = PHASES["late"]
+    bank = np.asarray(c.lengths, dtype=float)
+    shaped = Constants(**{**c.__dict__, "lengths": tuple(int(x) for x in bank / bank.mean() * 1000)})
+    assert lagged["minutes"] * 60 == pytest.approx(predict_lag(300, 11, 18, shaped, 1)["seconds_per_update"])
+    assert alone["minutes"] * 60 == pytest.approx(predict(300, 11, 18, shaped, 30)["seconds_per_update"])
+    assert lagged["minutes"] < 0.8 * alone["minutes"]  # at 11x18 the lag fills the second wave's idle workers

@@ -233,10 +233,11 @@ def learning_curve(path: str) -> list[dict[str, float]]:
     return rows
 
 
-def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0) -> dict | None:
+def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0, lag: int = 0) -> dict | None:
     """Minutes to reach `threshold` running reward if the run's updates (its own batch
     sizes and mean match lengths, batch by batch) took the model's seconds per update
-    on nodes x cpus; None if the run never reached it. Match lengths within a batch
+    on nodes x cpus, with the run's `lag` (1: batches overlapping, predict_lag's
+    steady pace); None if the run never reached it. Match lengths within a batch
     spread as the phase's bank does around the batch's mean."""
     seconds, cache = 0.0, {}
     for row in rows:
@@ -247,9 +248,9 @@ def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: floa
             c = PHASES[phase]
             bank = np.asarray(c.lengths, dtype=float)
             lengths = tuple(int(x) for x in np.maximum(1, bank / bank.mean() * key[1]))
-            cache[key] = predict(batch, nodes, cpus, Constants(**{**c.__dict__, "lengths": lengths}), samples=30)[
-                "seconds_per_update"
-            ]
+            shaped = Constants(**{**c.__dict__, "lengths": lengths})
+            found = predict_lag(batch, nodes, cpus, shaped, lag) if lag else predict(batch, nodes, cpus, shaped, 30)
+            cache[key] = found["seconds_per_update"]
         seconds += cache[key]
         if row["running_reward"] >= threshold:
             return {"minutes": seconds / 60, "matches": row["episodes"], "env_steps": row["env_steps"]}
@@ -291,7 +292,8 @@ def _name(path: Path) -> str:
 
 def _setting(path: Path, batch: int) -> str:
     """How a run is grouped: its batch size, with the learning rate and decay that its
-    config.json records (a bare progress file says only its batch size)."""
+    config.json records, and its warm-up and lag if on (a bare progress file says only
+    its batch size)."""
     from pgpong.config import ConfigError, load_config
     from pgpong.schedule import ramps
 
@@ -303,12 +305,26 @@ def _setting(path: Path, batch: int) -> str:
     except (ConfigError, OSError):
         return str(batch)
     warmed = ", warm-up" if config.warmup == "on" else ""
+    warmed += f", lag {config.lag}" if config.lag else ""
     if ramps(config):
         return (
             f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches "
             f"(the batch rule{warmed})"
         )
     return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g}{warmed})"
+
+
+def _lag(path: Path) -> int:
+    """The run's --lag, from its config.json (0 for a bare progress file)."""
+    from pgpong.config import ConfigError, load_config
+
+    config_file = path.parent / "config.json"
+    if path.name != "progress.csv" or not config_file.exists():
+        return 0
+    try:
+        return load_config(config_file).lag
+    except (ConfigError, OSError):
+        return 0
 
 
 def _spread(values: list[float]) -> str:
@@ -349,7 +365,7 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         workers = int(rows[0].get("workers", 0))
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
         for cores, (nodes, cpus) in CORES.items():
-            found = project(rows, nodes, cpus, threshold)
+            found = project(rows, nodes, cpus, threshold, _lag(path))
             assert found is not None
             runs[str(cores)].append(found["minutes"])
             cells.append(f"{found['minutes']:.1f}")
