@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pgpong.config import TrainConfig
 from pgpong.placement import (
     LEADER_WORKERS,
     POLL_SECONDS,
@@ -290,41 +291,29 @@ def _name(path: Path) -> str:
     return path.name.removesuffix(".csv").removesuffix(".progress")
 
 
-def _setting(path: Path, batch: int) -> str:
-    """How a run is grouped: its batch size, with the learning rate and decay that its
-    config.json records, and its warm-up and lag if on (a bare progress file says only
-    its batch size)."""
+def _config(path: Path) -> TrainConfig | None:
+    """The run's config.json, if it has one that reads (a bare progress file has none)."""
     from pgpong.config import ConfigError, load_config
+
+    try:
+        return load_config(path.parent / "config.json") if path.name == "progress.csv" else None
+    except (ConfigError, OSError):  # (missing, too)
+        return None
+
+
+def _setting(config: TrainConfig | None, batch: int) -> str:
+    """How a run is grouped: its batch size, with the learning rate and decay that its
+    config records, and its warm-up and lag if on."""
     from pgpong.schedule import ramps
 
-    config_file = path.parent / "config.json"
-    if path.name != "progress.csv" or not config_file.exists():
-        return str(batch)
-    try:
-        config = load_config(config_file)
-    except (ConfigError, OSError):
+    if config is None:
         return str(batch)
     warmed = ", warm-up" if config.warmup == "on" else ""
     warmed += f", lag {config.lag}" if config.lag else ""
     if ramps(config):
-        return (
-            f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches "
-            f"(the batch rule{warmed})"
-        )
+        ramp = f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches"
+        return f"{ramp} (the batch rule{warmed})"
     return f"{batch} (lr {config.learning_rate:g}, decay {config.decay_rate:g}{warmed})"
-
-
-def _lag(path: Path) -> int:
-    """The run's --lag, from its config.json (0 for a bare progress file)."""
-    from pgpong.config import ConfigError, load_config
-
-    config_file = path.parent / "config.json"
-    if path.name != "progress.csv" or not config_file.exists():
-        return 0
-    try:
-        return load_config(config_file).lag
-    except (ConfigError, OSError):
-        return 0
 
 
 def _spread(values: list[float]) -> str:
@@ -349,9 +338,10 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         if not rows:
             lines.append(f"| {_name(path)} | | no batch finished yet | | |" + " |" * len(CORES))
             continue
-        batch = int(rows[0]["batch_episodes"])
+        batch, config = int(rows[0]["batch_episodes"]), _config(path)
         shown = f"{batch}-{int(rows[-1]['batch_episodes'])}" if rows[-1]["batch_episodes"] != batch else str(batch)
-        runs = by_setting.setdefault(_setting(path, batch), {"runs": [], "reached": [], **{str(c): [] for c in CORES}})
+        setting = _setting(config, batch)
+        runs = by_setting.setdefault(setting, {"runs": [], "reached": [], **{str(n): [] for n in CORES}})
         runs["runs"].append(_name(path))
         reached = next((r for r in rows if r["running_reward"] >= threshold), None)
         if reached is None:
@@ -365,7 +355,7 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         workers = int(rows[0].get("workers", 0))
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
         for cores, (nodes, cpus) in CORES.items():
-            found = project(rows, nodes, cpus, threshold, _lag(path))
+            found = project(rows, nodes, cpus, threshold, config.lag if config else 0)
             assert found is not None
             runs[str(cores)].append(found["minutes"])
             cells.append(f"{found['minutes']:.1f}")
