@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.config import TrainConfig
+from pgpong.config import ConfigError, TrainConfig, load_config
 from pgpong.placement import (
     LEADER_WORKERS,
     POLL_SECONDS,
@@ -293,8 +293,6 @@ def _name(path: Path) -> str:
 
 def _config(path: Path) -> TrainConfig | None:
     """The run's config.json, if it has one that reads (a bare progress file has none)."""
-    from pgpong.config import ConfigError, load_config
-
     try:
         return load_config(path.parent / "config.json") if path.name == "progress.csv" else None
     except (ConfigError, OSError):  # (missing, too)
