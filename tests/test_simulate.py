@@ -25,6 +25,8 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
         "200",
         "--update-batches",
         "1",
+        "--pace",
+        "1500",
         "--json",
     )
     assert proc.returncode == 0, proc.stderr
@@ -36,8 +38,11 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     (update,) = report["updates"]
     assert (update["batch_size"], update["workers"], update["nodes"]) == (20, 8, 2)
     assert len(update["updates"]) == 1
-    # the longest banked match at the measured pace is a floor of any schedule
-    assert update["lower_bound_s"] >= max(bank["steps"]) / bank["steps_per_s_per_core"] * 0.999
+    # the matches last as long as at the pace asked (--pace), whatever this machine's own
+    assert bank["pace_set"] and bank["steps_per_s_per_core"] == 1500 and bank["measured_steps_per_s_per_core"] > 0
+    # and the longest of them is a floor of any schedule
+    assert update["lower_bound_s"] >= max(bank["steps"]) / 1500 * 0.999
+    assert update["seconds_per_update"] >= max(bank["steps"]) / 1500
     assert 0 < update["lower_bound_s"] <= update["seconds_per_update"] and 0 < update["efficiency"] <= 1
     assert update["lower_bound_s"] <= update["best_whole_matches_s"] * 1.000001
     assert update["of_best_whole_matches"] >= 1 and update["overhead_s"] > 0
@@ -96,6 +101,8 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "2x4", "--bank-policy", "/nonexistent"], "/nonexistent: no such file or directory"),
         (["--simulate", "2x4", "--lag", "2"], "--lag must be 0 or 1"),
         (["--lag", "1"], "--lag is measured with --simulate only"),
+        (["--simulate", "2x4", "--pace", "10"], "--pace must be 100-1000000 steps/s, got 10"),
+        (["--pace", "2600"], "--pace sets the simulated matches' pace: it needs --simulate"),
     ],
 )
 def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):

@@ -81,6 +81,13 @@ class BenchOptions:
         0, "with --simulate: the timed updates' --lag (1: the next batch starts while this one ends)", metavar="0|1"
     )
     bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
+    pace: float | None = setting(
+        None,
+        "with --simulate: the bank's matches last as long as at this many env steps/s a core (the model's 2600, "
+        "say), so that runs on other days and machines compare; their lengths and gradients stay the real ones",
+        metavar="STEPS",
+        shown="this machine's pace, measured with the bank",
+    )
     bank_policy: str = setting(
         "new",
         "with --simulate: who plays the bank's matches: new (a new policy: short, lost matches), "
@@ -110,6 +117,10 @@ class BenchOptions:
             check(self.address is None, "--simulate starts a cluster of its own on this machine: drop --address")
         check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
         check(self.lag == 0 or self.simulate is not None, "--lag is measured with --simulate only")
+        if self.pace is not None:
+            shown = f"{self.pace:g}" if is_number(self.pace) else repr(self.pace)
+            check(is_number(self.pace) and 100 <= self.pace <= 1e6, f"--pace must be 100-1000000 steps/s, got {shown}")
+            check(self.simulate is not None, "--pace sets the simulated matches' pace: it needs --simulate")
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
             check(is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")

@@ -84,7 +84,8 @@ def bank_index(episode: EpisodeId, size: int) -> int:
 @dataclass
 class Bank:
     matches: list[Played]
-    seconds_per_step: float  # per core, with every core of this machine playing
+    seconds_per_step: float  # per core: as measured with every core of this machine playing, or as asked (--pace)
+    measured_seconds_per_step: float = 0.0  # as measured (0: as above)
 
     def summary(self) -> dict[str, Any]:
         steps = [m.stats.steps for m in self.matches]
@@ -95,6 +96,8 @@ class Bank:
             "steps_max": max(steps),
             "steps": steps,
             "steps_per_s_per_core": 1 / self.seconds_per_step,
+            "measured_steps_per_s_per_core": 1 / (self.measured_seconds_per_step or self.seconds_per_step),
+            "pace_set": bool(self.measured_seconds_per_step),
             "gradient_mb_mean": statistics.mean(m.grad.nbytes for m in self.matches) / 2**20,
         }
 
@@ -166,6 +169,10 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         real = min(os.cpu_count() or 1, shape.cpus)
         say(f"bank: {opts.bank_matches} real matches of {source} on {real} real worker(s), all cores busy")
         bank = play_bank(settings, weights, opts.bank_matches, opts.seed, real)
+        if opts.pace is not None:
+            bank = Bank(bank.matches, 1 / opts.pace, bank.seconds_per_step)
+            here = 1 / bank.measured_seconds_per_step
+            say(f"bank: played here at {here:,.0f} env steps/s a core; simulated at {opts.pace:,.0f} (--pace)")
         processes = shape.workers // shape.per_process
         say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
         kind = simulated_kind(settings, shape, bank)
@@ -210,7 +217,9 @@ def format_simulation(report: dict[str, Any]) -> str:
             "",
             f"Matches from a bank of {b['matches']} real ones of {s['bank_policy']}: {b['steps_mean']:,.0f} steps "
             f"on average ({b['steps_min']:,}-{b['steps_max']:,}), played at {b['steps_per_s_per_core']:,.0f} "
-            f"steps/s per core; gradients of {b['gradient_mb_mean']:.2f} MB on average.",
+            f"steps/s per core"
+            + (f" (--pace; {b['measured_steps_per_s_per_core']:,.0f} here)" if b.get("pace_set") else "")
+            + f"; gradients of {b['gradient_mb_mean']:.2f} MB on average.",
             "",
             *update_table(report["updates"]),
             "",
