@@ -63,7 +63,9 @@ class NodeLeader:
                 del sums[gone]
             if isinstance(result, Played):
                 if batch not in feed.dropped:
-                    total, summed = sums.setdefault(batch, (ExactSum(len(result.grad.W2)), []))
+                    if batch not in sums:  # (a 10 MB array: made once a batch, not once a match)
+                        sums[batch] = (ExactSum(len(result.grad.W2)), [])
+                    total, summed = sums[batch]
                     total.add(result.grad)
                     summed.append(position)
                 result = result.stats
