@@ -125,6 +125,14 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         assert not pool._in_play and ray.get(pool._queue.in_play.remote()) == []  # batch 3 was dropped
         resumed = train_in_process(tmp_path / "split", 2, 4, settings, pool=pool)
         assert same(alone.weights, resumed.weights) and same(alone.previous, resumed.previous)
+        # without a lag on the same pool: when the node's last match of a batch plays, with
+        # none left to come, the sum of the others goes to the reducer ahead of it; the
+        # bits are those of --workers 0 still (the sums are exact in any grouping)
+        plain = {**SETTINGS, "batch_size": 8}
+        ahead = ray.get(pool._reducer.sent_ahead.remote())
+        on_ray = train_in_process(tmp_path / "plain-ray", 2, 3, plain, pool=pool)
+        assert same(train_in_process(tmp_path / "plain", 0, 3, plain).weights, on_ray.weights)
+        assert ray.get(pool._reducer.sent_ahead.remote()) > ahead
     finally:
         pool.close()
 

@@ -2,7 +2,8 @@
 per 32 of its workers) that starts the node's rollout workers and plays the matches
 the queue hands it on them (a RayPool, with everything it does about dead and stuck
 workers), sums them exactly by batch, and gives each batch's node sum to the reducer
-with its workers' idle time. Its run goes on from batch to batch: with nothing to do
+with its workers' idle time (the sum of all but its last match ahead of it, while that
+one plays). Its run goes on from batch to batch: with nothing to do
 it waits in the queue for the next batch."""
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class NodeLeader:
         hands out, until the queue stops (it waits there for the next batch), telling
         it every REPORT_SECONDS which are finished. Matches played ("play") are summed
         by batch, and a batch's sum goes to the reducer as soon as the node holds no
-        more of that batch's matches."""
+        more of that batch's matches; while the node's last match of it plays, with none
+        left to come, the sum of the others goes ahead."""
         import ray
 
         measures = BatchMeasures()
@@ -56,6 +58,7 @@ class NodeLeader:
         feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
         finished: Finished = []  # (batch, position, stats or result) not yet reported
+        ahead: list = []  # the partial sums handed over ahead, until the batch's last one here has gone
         last = time.monotonic()
         for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
             left = feed.done(batch)
@@ -75,7 +78,14 @@ class NodeLeader:
                 ray.get(queue.report.remote(node, report, self.pool.replaced))  # before the sum completes it
                 finished, last = [], time.monotonic()
                 if batch in sums:
-                    self._hand_over(reducer, batch, node, *sums.pop(batch), measures, self.pool.idle_seconds())
+                    share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
+                    ray.get([*ahead, self._hand_over(reducer, batch, node, *sums.pop(batch), measures, share)])
+                    ahead = []
+            elif left == 1 and not feed.remaining and batch in sums and not ahead:
+                # One match of the batch still plays here and no more will come: what is
+                # summed goes ahead, so that the last hand-over carries one match, not the
+                # node's sum (its transfer and its addition were most of an update's end).
+                ahead.append(self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None))
             elif time.monotonic() - last > REPORT_SECONDS:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
@@ -91,18 +101,20 @@ class NodeLeader:
         total: ExactSum,
         summed: list[int],
         measures: BatchMeasures,
-        idle: float,
-    ) -> None:
-        """The node's sum of the batch to the reducer, with its workers' idle time and
-        the leader's phases since its last sum."""
+        share: NodeShare | None,
+    ) -> Any:
+        """The node's sum of the batch's matches at `summed` to the reducer; with
+        `share` (its workers and their idle time) it is the node's last of the batch
+        and carries the leader's phases since its last. The reducer's answer, to wait on."""
         import ray
 
         measures.add_seconds(SUMMING, total.seconds)
         began = time.perf_counter()
-        share = NodeShare(self.pool.num_workers, idle, measures.seconds)
-        measures.seconds = {}
-        ray.get(reducer.add.remote(batch, node, ray.put(total.compact()), summed, share))
+        if share is not None:
+            share.seconds, measures.seconds = measures.seconds, {}
+        added = reducer.add.remote(batch, node, ray.put(total.compact()), summed, share)
         measures.add_seconds("send the sum", time.perf_counter() - began)
+        return added
 
     def call_all(self, method: str, *args: Any) -> list:
         return self.pool.call_all(method, *args)

@@ -57,25 +57,34 @@ class Reducer:
 
     def __init__(self) -> None:
         self.batches: dict[int, Summing] = {}
+        self.ahead = 0  # node sums added so far that were sent ahead of a node's last of a batch
         self._news = asyncio.Condition()
 
     async def open(self, batch: int, matches: int) -> None:
         self.batches[batch] = Summing(matches)
 
-    async def add(self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare) -> bool:
-        """Add `node`'s sum (of the matches at `positions`); False if the batch is over
+    async def add(
+        self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare | None
+    ) -> bool:
+        """Add `node`'s sum (of the matches at `positions`: all it played of the batch,
+        or those it sent ahead of its last, without `share`); False if the batch is over
         or the node was declared lost meanwhile (its matches are being played again)."""
         summing = self.batches.get(batch)
         if summing is None or node in summing.closed:
             return False
         summing.total = summing.total or ExactSum(len(part.W2))
         summing.total.add(part)
+        self.ahead += share is None
         summing.counted.setdefault(node, []).extend(positions)
-        summing.shares.append((time.monotonic(), share))
+        if share is not None:
+            summing.shares.append((time.monotonic(), share))
         if summing.complete():
             async with self._news:
                 self._news.notify_all()
         return True
+
+    async def sent_ahead(self) -> int:
+        return self.ahead
 
     async def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the reducer's share of an update)."""
