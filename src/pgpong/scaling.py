@@ -110,7 +110,7 @@ class Constants:
 
     lengths: tuple[int, ...]  # match lengths to draw from
     steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
-    overhead_s: float  # an update beyond its matches on one uncontended node (--simulate 1x64) ...
+    overhead_s: float  # an update beyond its matches on one node (--simulate 1x64 --batch-size 60 --pace 2600) ...
     overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
     driver_fixed_ms: float  # driver CPU per update whatever the batch, nodes and seconds ...
     driver_ms_per_second: float  # ... plus this per second of the update (1x64: the same matches, 4 times as long)
@@ -125,8 +125,8 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.060, 0.002, 12, 2.5, 0.005, 0.0, 8, 1.0, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.080, 0.003, 14, 2.5, 0.005, 0.0, 8, 1.0, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.040, 0.002, 12, 2.5, 0.005, 0.0, 8, 1.0, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.050, 0.003, 14, 2.5, 0.005, 0.0, 8, 1.0, 4.25 * 2**20),
 }
 
 
