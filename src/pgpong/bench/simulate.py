@@ -35,6 +35,7 @@ from pgpong.bench.updates import as_trained, scratch_trainer, update_table, upda
 from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
+from pgpong.pool.base import kept_for_life
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.sums import Played
 from pgpong.pool.worker import PublishedWeights, WeightsCache, WorkerKind, publish
@@ -53,6 +54,7 @@ class SimulatedWorkers:
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
+        kept_for_life()  # as a rollout worker does
 
     def play(self, weights: Params | PublishedWeights, episode: EpisodeId, slot: int = 0) -> Played:
         with self._guard:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgpong.placement import REPORT_SECONDS
-from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings
+from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings, kept_for_life
 from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.queue import QueueFeed
 from pgpong.pool.ray_pool import RayPool
@@ -39,6 +39,7 @@ class NodeLeader:
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self.pool = RayPool(settings, workers, kind=kind, node_id=self.node_id, limits=limits)
+        kept_for_life()
 
     def ready(self) -> tuple[str, int]:
         """This leader's node and how many of its workers run."""
