@@ -7,9 +7,10 @@ constants measured on this project's machine (docs/SCALING.md says how).
                 through the queue: a worker that frees up waits for its node's request);
                 a match lasts its steps at the per-core speed, plus Ray's pause between
                 two matches of a worker
-      overhead  what an update adds beyond its matches, measured on one uncontended
-                node: publishing the weights, the last sums (the node's, then the
-                reducer's on several nodes), the driver's RMSProp step
+      overhead  what an update adds beyond its matches, measured on one node (bench
+                --simulate 1x64 --pace 2600 on this 2-core machine, where its processes
+                wait for each other: an upper bound): starting the matches, the last
+                sums (the node's, then the reducer's on several nodes), the RMSProp step
     driver CPU  a fixed part (receiving the sum, RMSProp, the row), a part per second
                 of the update (reading the queue's reports twice a second), and a part
                 per match (its stats, in order); none per node since the leaders' runs

@@ -193,13 +193,16 @@ def kept_out_of_full_collections() -> Iterator[None]:
     objects (44-51 ms); Ray asks every process for one whenever a node's object store
     fills (at most every 10 s), which at 11x18 late in training was half the driver's
     CPU per update (docs/SCALING.md). Garbage of before is collected first, not kept;
-    at the end everything goes back to the collector."""
+    at the end everything goes back to the collector, unless the process had kept
+    objects out of it itself before (gc.freeze is not nested)."""
+    outer = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not outer:
+            gc.unfreeze()
 
 
 def where(pool: Pool) -> str:

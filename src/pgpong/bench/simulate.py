@@ -3,9 +3,9 @@ or a cluster, on this one.
 
 A local Ray cluster of NODES nodes (a raylet each, all on this machine) declares
 CPUS CPUs per node. Its rollout workers do not emulate: each match lasts as long as
-a real match of its length would at the per-core speed measured here, and returns a
-real gradient: both taken from a bank of real matches played first, on this
-machine, with their real lengths and sparsity. Everything else is real: the driver
+a real match of its length would at the per-core speed measured here (or at the
+pace asked: --pace), and returns a real gradient: both taken from a bank of real
+matches played first, on this machine, with their real lengths and sparsity. Everything else is real: the driver
 and the trainer, Ray's tasks and transfers, the leaders and their node sums, the
 checkpoints. One process stands in for up to 32 workers of a node (198 worker
 processes would not fit in memory): it holds their CPUs and plays one match per
@@ -45,7 +45,8 @@ from pgpong.rollout import EpisodeId
 class SimulatedWorkers:
     """One process standing in for several rollout workers of a node (its slots).
     A slot plays one match at a time: the bank's match for that episode, as long as
-    it would take here, with its real gradient."""
+    it would take at `seconds_per_step` (this machine's, or --pace's), with its real
+    gradient."""
 
     def __init__(self, settings: WorkerSettings, bank: list[Played], seconds_per_step: float):
         self.settings = settings

@@ -19,7 +19,7 @@ from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.queue import QueueFeed
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import NodeShare
-from pgpong.pool.sums import SUMMING, ExactSum, Played
+from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
 from pgpong.pool.worker import WorkerKind
 
 
@@ -58,15 +58,21 @@ class NodeLeader:
         copy = queue_node != self.node_id  # the queue's node reads the queue's copy
         feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
+        ahead: dict[int, Any] = {}  # batch -> the reducer's answer to the sum sent ahead of its last match here
+        alone: dict[int, tuple[IntegerGradient, list[int]]] = {}  # batch -> that last match, once played
         finished: Finished = []  # (batch, position, stats or result) not yet reported
-        ahead: list = []  # the partial sums handed over ahead, until the batch's last one here has gone
         last = time.monotonic()
         for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
             left = feed.done(batch)
-            for gone in feed.dropped & set(sums):  # cancelled: its sum is of no use
-                del sums[gone]
+            for gone in feed.dropped:  # cancelled: its sums are of no use
+                for held in (sums, ahead, alone):
+                    held.pop(gone, None)
             if isinstance(result, Played):
-                if batch not in feed.dropped:
+                if batch in feed.dropped:
+                    pass
+                elif batch in ahead and batch not in sums and not left:  # no sum to add it to: it goes as it is
+                    alone[batch] = (result.grad, [position])
+                else:
                     if batch not in sums:  # (a 10 MB array: made once a batch, not once a match)
                         sums[batch] = (ExactSum(len(result.grad.W2)), [])
                     total, summed = sums[batch]
@@ -75,45 +81,60 @@ class NodeLeader:
                 result = result.stats
             finished.append((batch, position, result))
             if not left:  # its last match here: the batch's stats, then its sum, leave now
-                report = by_batch(finished)
-                ray.get(queue.report.remote(node, report, self.pool.replaced))  # before the sum completes it
-                finished, last = [], time.monotonic()
-                if batch in sums:
+                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it
+                part: tuple[ExactSum | IntegerGradient, list[int]] | None = alone.pop(batch, None) or sums.pop(
+                    batch, None
+                )
+                if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
-                    ray.get([*ahead, self._hand_over(reducer, batch, node, *sums.pop(batch), measures, share)])
-                    ahead = []
-            elif left == 1 and not feed.remaining and batch in sums and not ahead:
+                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share)
+                    began = time.perf_counter()
+                    ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
+                    measures.add_seconds("send the sum", time.perf_counter() - began)
+            elif left == 1 and not feed.remaining and batch in sums and batch not in ahead:
                 # One match of the batch still plays here and no more will come: what is
                 # summed goes ahead, so that the last hand-over carries one match, not the
                 # node's sum (its transfer and its addition were most of an update's end).
-                ahead.append(self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None))
+                # Their stats first: were the node lost, the matches in its sums would not
+                # be played again, and the driver must have heard of them.
+                finished, last = self._report(queue, node, finished), time.monotonic()
+                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None)
             elif time.monotonic() - last > REPORT_SECONDS:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
-        report = by_batch(finished)
-        ray.get(queue.report.remote(node, report, self.pool.replaced))  # in the queue before the run is over
+        self._report(queue, node, finished)  # in the queue before the run is over
         return NodeDone(replaced=self.pool.replaced)
+
+    def _report(self, queue: Any, node: int, finished: Finished) -> Finished:
+        """Tell the queue of the finished matches, and wait until it has them; nothing is left to report."""
+        import ray
+
+        ray.get(queue.report.remote(node, by_batch(finished), self.pool.replaced))
+        return []
 
     def _hand_over(
         self,
         reducer: Any,
         batch: int,
         node: int,
-        total: ExactSum,
+        part: ExactSum | IntegerGradient,
         summed: list[int],
         measures: BatchMeasures,
         share: NodeShare | None,
     ) -> Any:
-        """The node's sum of the batch's matches at `summed` to the reducer; with
-        `share` (its workers and their idle time) it is the node's last of the batch
-        and carries the leader's phases since its last. The reducer's answer, to wait on."""
+        """The node's sum of the batch's matches at `summed` (or the one match's
+        gradient) to the reducer; with `share` (its workers and their idle time) it is
+        the node's last of the batch and carries the leader's phases since its last.
+        The reducer's answer, to wait on."""
         import ray
 
-        measures.add_seconds(SUMMING, total.seconds)
         began = time.perf_counter()
+        if isinstance(part, ExactSum):
+            measures.add_seconds(SUMMING, part.seconds)
+            part = part.compact()
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
-        added = reducer.add.remote(batch, node, ray.put(total.compact()), summed, share)
+        added = reducer.add.remote(batch, node, ray.put(part), summed, share)
         measures.add_seconds("send the sum", time.perf_counter() - began)
         return added
 

@@ -20,7 +20,7 @@ class LocalPool(OneBatchAtATime):
     replaced = 0
 
     def __init__(self, settings: WorkerSettings):
-        self.worker = RolloutWorker(settings, own_process=False)
+        self.worker = RolloutWorker(settings, pin_threads=False)
         self._waiting = {}
         self._limit = threadpool_limits(1)  # restored by close()
 

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.envs import make_env
 from pgpong.policy import Params
-from pgpong.pool.base import WorkerSettings, kept_for_life
+from pgpong.pool.base import WorkerSettings
 from pgpong.pool.sums import IntegerGradient, Played
 from pgpong.rollout import EpisodeId, MatchResult, compile_kernels, play_episode, play_match
 
@@ -98,9 +98,7 @@ class WeightsCache:
 class RolloutWorker:
     """Plays episodes with one environment, created once and reset for each episode."""
 
-    def __init__(self, settings: WorkerSettings, own_process: bool = True):
-        """`own_process`: a Ray actor's (one BLAS thread; what it made at its start kept
-        out of full garbage collections), not --workers 0's in the driver."""
+    def __init__(self, settings: WorkerSettings, pin_threads: bool = True):
         self._hook = load_hook()
         if self._hook:
             self._hook("start", None)
@@ -108,9 +106,8 @@ class RolloutWorker:
         self.env = self._make_env()
         self._weights = WeightsCache()
         compile_kernels()
-        if own_process:  # after the imports above, which may load BLAS libraries of their own
+        if pin_threads:  # after the imports above, which may load BLAS libraries of their own
             threadpool_limits(1)
-            kept_for_life()
 
     def _make_env(self) -> Any:
         return make_env(self.settings.env_id, self.settings.max_episode_steps)
