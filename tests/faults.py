@@ -7,6 +7,8 @@ before each episode. What it does is read from PGPONG_WORKER_HOOK_ARG:
 - 'start': the worker's constructor raises;
 - 'crash:N': the process kills itself in every episode of batch N and later;
 - 'slow:K': episode K of every batch takes 2 s longer;
+- 'slowmark:K:FILE': the same, and the first worker to play it writes its Ray node's id
+  to FILE;
 - 'hang': episodes never end;
 - 'stop:N:FILE', 'die:N:FILE': the first worker to play an episode of batch N writes
   its pid to FILE and stops itself with SIGSTOP (a frozen process) or kills itself
@@ -46,6 +48,16 @@ def worker_hook(stage: str, episode) -> None:
     if kind == "crash" and episode.batch >= int(arg or 0):
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "slow" and episode.episode == int(arg):
+        time.sleep(2.0)
+    if kind == "slowmark" and episode.episode == int(arg.partition(":")[0]):
+        import ray
+
+        try:
+            fd = os.open(arg.partition(":")[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            os.write(fd, ray.get_runtime_context().get_node_id().encode())
+            os.close(fd)
+        except FileExistsError:
+            pass
         time.sleep(2.0)
     if kind == "hang":
         time.sleep(3600)

@@ -133,6 +133,59 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
     np.testing.assert_array_equal(state.previous.W1, reference.previous.W1)
 
 
+@pytest.mark.long
+def test_a_node_lost_after_it_sent_its_sum_ahead_changes_no_weight(tmp_path, monkeypatch):
+    """A node whose last match of a batch still plays sends the sum of its others ahead
+    (their stats reported first). Lost then, those matches stay in the batch's sum and
+    are not played again (were they, they would be counted twice: the weights would
+    differ); the last match is played again elsewhere. The weights are those of
+    --workers 0."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from pgpong.pool.cluster_pool import ClusterPool
+
+    settings = {**SETTINGS, "batch_size": 8, "max_episode_steps": 100}
+    reference = train_in_process(tmp_path / "reference", 0, 2, settings)
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
+    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
+    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]  # a leader with 2 workers each
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level=logging.WARNING)
+    marker = tmp_path / "slow-episode"
+    set_fault(monkeypatch, f"slowmark:0:{marker}")  # episode 0 of each batch: its node, then 2 s more
+    pool = ClusterPool(WorkerSettings("ALE/Pong-v5", settings["max_episode_steps"], entropy_bonus=BONUS), 4)
+    removed: list = []
+
+    def remove_the_slow_episodes_node_once_it_sent_ahead():
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        node_id = marker.read_text()
+        number = next(pool._names[leader] for leader, node in pool.node_of.items() if node == node_id)
+        while not ray.get(pool._reducer.sent_ahead.remote()).get(number) and time.monotonic() < deadline:
+            time.sleep(0.005)  # its other matches are done (the queue is empty): their sum has gone ahead
+        removed.append(bool(ray.get(pool._reducer.sent_ahead.remote()).get(number)))
+        c.remove_node(next(n for n in nodes if n.node_id == node_id), allow_graceful=False)
+
+    remover = threading.Thread(target=remove_the_slow_episodes_node_once_it_sent_ahead)
+    remover.start()
+    try:
+        with hang_guard(180):
+            state = train_in_process(tmp_path / "run", 4, 2, settings, pool=pool)
+        remover.join()
+        assert removed == [True] and pool.nodes() == 1 and pool.num_workers == 2
+    finally:
+        remover.join()
+        pool.close()
+        ray.shutdown()
+        c.shutdown()
+    assert_same_state(state, reference)
+
+
 def assert_same_state(state, reference):
     np.testing.assert_array_equal(state.weights.W1, reference.weights.W1)
     np.testing.assert_array_equal(state.weights.W2, reference.weights.W2)

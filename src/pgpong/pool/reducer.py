@@ -57,7 +57,7 @@ class Reducer:
 
     def __init__(self) -> None:
         self.batches: dict[int, Summing] = {}
-        self.ahead = 0  # node sums added so far that were sent ahead of a node's last of a batch
+        self.ahead = Counter[int]()  # node -> its sums added so far that were sent ahead of its last of a batch
         self._news = asyncio.Condition()
 
     async def open(self, batch: int, matches: int) -> None:
@@ -74,7 +74,7 @@ class Reducer:
             return False
         summing.total = summing.total or ExactSum(len(part.W2))
         summing.total.add(part)
-        self.ahead += share is None
+        self.ahead[node] += share is None
         summing.counted.setdefault(node, []).extend(positions)
         if share is not None:
             summing.shares.append((time.monotonic(), share))
@@ -83,8 +83,8 @@ class Reducer:
                 self._news.notify_all()
         return True
 
-    async def sent_ahead(self) -> int:
-        return self.ahead
+    async def sent_ahead(self) -> dict[int, int]:
+        return dict(self.ahead)
 
     async def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the reducer's share of an update)."""
