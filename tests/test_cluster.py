@@ -5,6 +5,7 @@ when a node with room joins."""
 import logging
 import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -19,6 +20,25 @@ from pgpong.runlog import read_progress
 SETTINGS = dict(seed=5, batch_size=4, hidden=16, max_episode_steps=500)
 BONUS = TrainConfig().entropy_bonus  # a pool made here plays the default's maths, as the run's config says
 STORE = 150 * 1024**2
+
+
+def wait_until(condition, seconds=60.0):
+    """Poll `condition` every 5 ms until it holds or `seconds` pass; whether it held."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return bool(condition())
+
+
+@contextmanager
+def in_background(target):
+    """Run `target` in a thread for the block; it is joined at the block's end, however it ends."""
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.join()
 
 
 @pytest.fixture
@@ -61,18 +81,14 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
     removed = []
 
     def remove_worker_node_mid_batch():
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:  # an event, not a delay
-            time.sleep(0.005)
+        wait_until(started.exists)  # an event, not a delay
         c.remove_node(worker_node, allow_graceful=False)
         removed.append(time.monotonic())
 
-    remover = threading.Thread(target=remove_worker_node_mid_batch)
-    remover.start()
     try:
-        state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
-        survivors = pool.num_workers
-        remover.join()
+        with in_background(remove_worker_node_mid_batch):
+            state = train_in_process(run_dir, 2, 3, SETTINGS, pool=pool)
+            survivors = pool.num_workers
         assert removed
         assert pool.replaced >= 1 and survivors == 1  # the replacement waits for a CPU that is gone
         reference = train_in_process(tmp_path / "reference", 0, 3, SETTINGS)
@@ -87,7 +103,6 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
         assert pool.nodes() == 2
         state = train_in_process(run_dir, 2, 5, SETTINGS, pool=pool)
     finally:
-        remover.join()
         pool.close()
     assert [r["workers"] for r in read_progress(run_dir / "progress.csv")][-2:] == ["2", "2"]
     assert_same_state(state, train_in_process(tmp_path / "reference", 0, 5, SETTINGS))
@@ -112,21 +127,16 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
     assert pool.nodes() == 3
 
     def remove_a_node_when_batch_3_starts():
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(started.exists)
         c.remove_node(worker_node, allow_graceful=False)
 
-    remover = threading.Thread(target=remove_a_node_when_batch_3_starts)
-    remover.start()
     try:
-        with hang_guard(180):
+        with in_background(remove_a_node_when_batch_3_starts) as remover, hang_guard(180):
             state = train_in_process(tmp_path / "run", 3, 5, lagged, pool=pool)
         remover.join()
         assert started.exists() and len([n for n in ray.nodes() if n["Alive"]]) == 2
         assert pool.nodes() == 2 and pool.num_workers == 2 and pool.replaced == 1
     finally:
-        remover.join()
         pool.close()
     reference = train_in_process(tmp_path / "reference", 0, 5, lagged)
     assert_same_state(state, reference)
@@ -160,26 +170,20 @@ def test_a_node_lost_after_it_sent_its_sum_ahead_changes_no_weight(tmp_path, mon
     removed: list = []
 
     def remove_the_slow_episodes_node_once_it_sent_ahead():
-        deadline = time.monotonic() + 60
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(marker.exists)
         time.sleep(0.05)
         node_id = marker.read_text()
         number = next(pool._names[leader] for leader, node in pool.node_of.items() if node == node_id)
-        while not ray.get(pool._reducer.sent_ahead.remote()).get(number) and time.monotonic() < deadline:
-            time.sleep(0.005)  # its other matches are done (the queue is empty): their sum has gone ahead
-        removed.append(bool(ray.get(pool._reducer.sent_ahead.remote()).get(number)))
+        # its other matches are done (the queue is empty): their sum has gone ahead
+        removed.append(wait_until(lambda: ray.get(pool._reducer.sent_ahead.remote()).get(number, 0) > 0))
         c.remove_node(next(n for n in nodes if n.node_id == node_id), allow_graceful=False)
 
-    remover = threading.Thread(target=remove_the_slow_episodes_node_once_it_sent_ahead)
-    remover.start()
     try:
-        with hang_guard(180):
+        with in_background(remove_the_slow_episodes_node_once_it_sent_ahead) as remover, hang_guard(180):
             state = train_in_process(tmp_path / "run", 4, 2, settings, pool=pool)
         remover.join()
         assert removed == [True] and pool.nodes() == 1 and pool.num_workers == 2
     finally:
-        remover.join()
         pool.close()
         ray.shutdown()
         c.shutdown()

@@ -23,7 +23,7 @@ from pgpong.checkpoint import TrainingState, list_checkpoints
 from pgpong.cluster import ray_running, stop_ray
 from pgpong.config import TrainConfig
 from pgpong.envs import check_env_id
-from pgpong.pool import Pool, WorkerSettings, open_pool
+from pgpong.pool import Pool, WorkerSettings, kept_for_life, open_pool
 from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
 from pgpong.runlog import LiveProgress, Output, RunLog, TensorBoard
 from pgpong.trainer import BatchReport, Trainer
@@ -196,8 +196,7 @@ def kept_out_of_full_collections() -> Iterator[None]:
     at the end everything goes back to the collector, unless the process had kept
     objects out of it itself before (gc.freeze is not nested)."""
     outer = gc.get_freeze_count() > 0
-    gc.collect()
-    gc.freeze()
+    kept_for_life()
     try:
         yield
     finally:

@@ -23,6 +23,7 @@ from pgpong.pool.base import (
     WorkerSettings,
     failure_reason,
     ignore_episode,
+    kept_for_life,
 )
 from pgpong.pool.local import LocalPool
 from pgpong.pool.worker import RolloutWorker, WorkerKind
@@ -41,6 +42,7 @@ __all__ = [
     "WorkerSettings",
     "failure_reason",
     "ignore_episode",
+    "kept_for_life",
     "open_pool",
 ]
 

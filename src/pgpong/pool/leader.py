@@ -82,9 +82,7 @@ class NodeLeader:
             finished.append((batch, position, result))
             if not left:  # its last match here: the batch's stats, then its sum, leave now
                 finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it
-                part: tuple[ExactSum | IntegerGradient, list[int]] | None = alone.pop(batch, None) or sums.pop(
-                    batch, None
-                )
+                part = alone.pop(batch, None) or sums.pop(batch, None)
                 if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
                     added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share)
