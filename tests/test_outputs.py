@@ -46,6 +46,23 @@ def scalars(run_dir):
     return acc, {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
 
 
+def test_a_run_resumed_within_the_same_second_keeps_the_last_ones_events(tmp_path):
+    """tensorboardX names an event file by its second and opens it "wb": two sinks
+    opened within one second once wrote to the same file, the second emptying the
+    first's (test_tensorboard_one_value... then saw only the resumed run's steps)."""
+    from pgpong.runlog import TensorBoard
+
+    first = TensorBoard(tmp_path, None, {})
+    first.writer.add_scalar("charts/running_reward", -21.0, 100)
+    first.close()
+    second = TensorBoard(tmp_path, 100, {})  # resumed at step 100, at once
+    second.writer.add_scalar("charts/running_reward", -20.0, 200)
+    second.close()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    _, found = scalars(tmp_path)
+    assert [(e.step, e.value) for e in found["charts/running_reward"]] == [(100, -21.0), (200, -20.0)]
+
+
 def test_tensorboard_one_value_per_batch_and_tag_across_a_replaying_resume(tmp_path):
     run_dir = tmp_path / "run"
     assert run_pgpong("train", *COMMON, "--iterations", "3", "--run-dir", str(run_dir)).returncode == 0

@@ -181,7 +181,11 @@ class TensorBoard(_Quiet):
         from tensorboardX import SummaryWriter
 
         purge = None if resumed_at_step is None else resumed_at_step + 1
-        self.writer = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30)
+        # tensorboardX names a file by the second it was made and opens it "wb": a run
+        # resumed within the same second as the last one began would empty that one's
+        # file. A suffix in nanoseconds, of fixed width, keeps each file and their order.
+        suffix = f".{time.time_ns():020d}"
+        self.writer = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30, filename_suffix=suffix)
         if resumed_at_step is None:
             table = "\n".join(f"| {k} | {v} |" for k, v in sorted(settings.items()))
             self.writer.add_text("settings", f"| setting | value |\n| --- | --- |\n{table}", 0)
