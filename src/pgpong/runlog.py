@@ -5,6 +5,7 @@ training code."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -185,12 +186,21 @@ class TensorBoard(_Quiet):
         # resumed within the same second as the last one began would empty that one's
         # file. A suffix in nanoseconds, of fixed width, keeps each file and their order.
         suffix = f".{time.time_ns():020d}"
-        self.writer = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30, filename_suffix=suffix)
+        self.writer: Any = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30, filename_suffix=suffix)
         if resumed_at_step is None:
             table = "\n".join(f"| {k} | {v} |" for k, v in sorted(settings.items()))
             self.writer.add_text("settings", f"| setting | value |\n| --- | --- |\n{table}", 0)
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
+        if self.writer is not None:  # (None: given up, the disk refused it)
+            self._guarded(self._add, row, phases)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self._guarded(self.writer.close)
+            self.writer = None
+
+    def _add(self, row: BatchRow, phases: dict[str, float]) -> None:
         step, add = row.env_steps, self.writer.add_scalar
         add("charts/running_reward", row.running_reward, step)
         add("charts/episodic_return", row.score_mean, step)
@@ -207,8 +217,21 @@ class TensorBoard(_Quiet):
             add(f"time/{name.replace(' ', '_')}_s", seconds, step)
         self.writer.flush()
 
-    def close(self) -> None:
-        self.writer.close()
+    def _guarded(self, write: Callable[..., object], *args: Any) -> None:
+        """`write`; if the disk refuses it (full, or gone), give the event file up and
+        raise. tensorboardX would try the same write again, from its thread and at exit,
+        each time printing a traceback under the run's one-line error: its file writers
+        are closed without it (events not yet on disk are lost, as they would be anyway)."""
+        try:
+            write(*args)
+        except OSError:
+            writer, self.writer = self.writer, None
+            for events in (w.event_writer for w in (writer.all_writers or {}).values()):
+                events._closed = True  # its add_event, flush and close (the one at exit too) do nothing now
+                events._worker.stop()  # (it stops without a flush)
+                with contextlib.suppress(OSError, ValueError):
+                    events._ev_writer.close()  # the file is closed even when its last flush fails
+            raise
 
 
 class LiveLine:
@@ -379,7 +402,7 @@ class RunLog:
                 output.tag = tag
 
     def close(self) -> None:
-        for output in self.outputs:
+        for output in self.outputs:  # (TensorBoard, whose close may fail on a full disk, is last)
             output.close()
 
 

@@ -24,7 +24,15 @@ from pgpong.cluster import ray_running, stop_ray
 from pgpong.config import TrainConfig
 from pgpong.envs import check_env_id
 from pgpong.pool import Pool, WorkerSettings, kept_for_life, open_pool
-from pgpong.rundir import Run, RunLock, check_run_dir_writable, create_run_files, default_run_dir, open_run
+from pgpong.rundir import (
+    Run,
+    RunLock,
+    RunWriteError,
+    check_run_dir_writable,
+    create_run_files,
+    default_run_dir,
+    open_run,
+)
 from pgpong.runlog import LiveProgress, Output, RunLog, TensorBoard
 from pgpong.trainer import BatchReport, Trainer
 
@@ -182,7 +190,10 @@ def open_trainer(
         finally:
             trainer.close()
     finally:
-        log.close()
+        try:
+            log.close()
+        except OSError as exc:  # (a full disk: TensorBoard's last events)
+            raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
 
 
 @contextmanager

@@ -138,11 +138,11 @@ class Trainer:
                 with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
                     self.checkpoint()
             phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
-            self.log.show(row, phases)
-            note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
-            if note:
-                self.log.note(note, pace.LIVE_TAG)
-            try:
+            try:  # (TensorBoard's event file too is in the run directory)
+                self.log.show(row, phases)
+                note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
+                if note:
+                    self.log.note(note, pace.LIVE_TAG)
                 self.log.record(row, phases)
             except OSError as exc:
                 raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
