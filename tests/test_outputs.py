@@ -2,6 +2,7 @@
 per batch per tag, also after a resume that replays batches), plain lines only when
 output is not a terminal, a live line that redraws on a terminal."""
 
+import dataclasses
 import io
 import re
 from pathlib import Path
@@ -52,11 +53,12 @@ def test_a_run_resumed_within_the_same_second_keeps_the_last_ones_events(tmp_pat
     first's (test_tensorboard_one_value... then saw only the resumed run's steps)."""
     from pgpong.runlog import TensorBoard
 
+    row = BatchRow(1, 1, 100, 1.0, 1.0, -21.0, -21.0, -21, -21, 100.0, 100.0, 1, 1, 0)
     first = TensorBoard(tmp_path, None, {})
-    first.writer.add_scalar("charts/running_reward", -21.0, 100)
+    first.end_batch(row, {})
     first.close()
     second = TensorBoard(tmp_path, 100, {})  # resumed at step 100, at once
-    second.writer.add_scalar("charts/running_reward", -20.0, 200)
+    second.end_batch(dataclasses.replace(row, batch=2, env_steps=200, running_reward=-20.0), {})
     second.close()
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
     _, found = scalars(tmp_path)

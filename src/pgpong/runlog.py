@@ -175,62 +175,63 @@ class ConsoleLines(_Quiet):
 
 
 class TensorBoard(_Quiet):
-    """TensorBoard event files in the run directory (tensorboardX), env steps as the
-    step. A resumed run purges what a killed driver wrote past its checkpoint."""
+    """TensorBoard event files in the run directory, env steps as the step, written in
+    this thread with tensorboardX's records and protos (its SummaryWriter writes from a
+    thread of its own, which a full disk killed, leaving the next events blocked on its
+    queue). A resumed run hides what a killed driver wrote past its checkpoint. When
+    the disk refuses a write the file is given up, and the error raised once."""
 
     def __init__(self, directory: Path, resumed_at_step: int | None, settings: dict[str, Any]):
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.summary import scalar, text
 
-        purge = None if resumed_at_step is None else resumed_at_step + 1
-        # tensorboardX names a file by the second it was made and opens it "wb": a run
-        # resumed within the same second as the last one began would empty that one's
-        # file. A suffix in nanoseconds, of fixed width, keeps each file and their order.
-        suffix = f".{time.time_ns():020d}"
-        self.writer: Any = SummaryWriter(logdir=str(directory), purge_step=purge, flush_secs=30, filename_suffix=suffix)
+        self._event, self._scalar = Event, scalar
+        # tensorboardX names a file by its second: a run resumed within the second the
+        # last one began would empty that one's file. A suffix in nanoseconds, of fixed
+        # width, keeps each file and their order.
+        self.file: Any = EventsWriter(str(directory / "events"), f".{time.time_ns():020d}")
         if resumed_at_step is None:
             table = "\n".join(f"| {k} | {v} |" for k, v in sorted(settings.items()))
-            self.writer.add_text("settings", f"| setting | value |\n| --- | --- |\n{table}", 0)
+            self._write(0, [Event(summary=text("settings", f"| setting | value |\n| --- | --- |\n{table}"))])
+        else:  # TensorBoard drops the events from this step on that came before it
+            self._write(resumed_at_step + 1, [Event(session_log=SessionLog(status=SessionLog.START))])
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
-        if self.writer is not None:  # (None: given up, the disk refused it)
-            self._guarded(self._add, row, phases)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self._guarded(self.writer.close)
-            self.writer = None
-
-    def _add(self, row: BatchRow, phases: dict[str, float]) -> None:
-        step, add = row.env_steps, self.writer.add_scalar
-        add("charts/running_reward", row.running_reward, step)
-        add("charts/episodic_return", row.score_mean, step)
-        add("charts/episodic_return_min", row.score_min, step)
-        add("charts/episodic_return_max", row.score_max, step)
-        add("charts/episodic_length", row.episode_len_mean, step)
-        add("charts/SPS", row.steps_per_s, step)
-        add("charts/episodes", row.episodes, step)
-        add("time/batch_s", row.batch_s, step)
+        values = {
+            "charts/running_reward": row.running_reward,
+            "charts/episodic_return": row.score_mean,
+            "charts/episodic_return_min": row.score_min,
+            "charts/episodic_return_max": row.score_max,
+            "charts/episodic_length": row.episode_len_mean,
+            "charts/SPS": row.steps_per_s,
+            "charts/episodes": row.episodes,
+            "time/batch_s": row.batch_s,
+        }
         for name in DIAGNOSTICS:
             if not math.isnan(value := getattr(row, name)):  # nan: not measured (a simulated batch)
-                add(f"diagnostics/{name}", value, step)
+                values[f"diagnostics/{name}"] = value
         for name, seconds in sorted(phases.items()):
-            add(f"time/{name.replace(' ', '_')}_s", seconds, step)
-        self.writer.flush()
+            values[f"time/{name.replace(' ', '_')}_s"] = seconds
+        self._write(row.env_steps, [self._event(summary=self._scalar(tag, v)) for tag, v in values.items()])
 
-    def _guarded(self, write: Callable[..., object], *args: Any) -> None:
-        """`write`; if the disk refuses it (full, or gone), give the event file up and
-        raise. tensorboardX would try the same write again, from its thread and at exit,
-        each time printing a traceback under the run's one-line error: its file writers
-        are closed without it (events not yet on disk are lost, as they would be anyway)."""
+    def close(self) -> None:
+        if self.file is not None:
+            file, self.file = self.file, None
+            file.close()  # (a file whose last flush fails is closed all the same)
+
+    def _write(self, step: int, events: list[Any]) -> None:
+        if self.file is None:  # given up: the disk refused it
+            return
         try:
-            write(*args)
+            for event in events:
+                event.wall_time, event.step = time.time(), step
+                self.file.write_event(event)
+            self.file.flush()
         except OSError:
-            writer, self.writer = self.writer, None
-            for events in (w.event_writer for w in (writer.all_writers or {}).values()):
-                events._closed = True  # its add_event, flush and close (the one at exit too) do nothing now
-                events._worker.stop()  # (it stops without a flush)
-                with contextlib.suppress(OSError, ValueError):
-                    events._ev_writer.close()  # the file is closed even when its last flush fails
+            file, self.file = self.file, None
+            with contextlib.suppress(OSError):
+                file.close()
             raise
 
 
