@@ -2,13 +2,18 @@
 so the simulation cannot rot; its shapes and bad input."""
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from conftest import run_pgpong
 from pgpong.bench.options import Shape
 from pgpong.bench.simulate import bank_index
+from pgpong.bench.updates import updates
 from pgpong.rollout import EpisodeId
+from pgpong.runlog import BatchRow
+from pgpong.trainer import BatchReport
 
 
 @pytest.mark.slow
@@ -74,6 +79,22 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     assert (update["batch_size"], update["workers"], len(update["updates"])) == (6, 4, 3)
     assert update["seconds_per_update"] > 0 and update["bytes_into_driver"] > 0
     assert all(row["barrier_s"] < 0.002 for row in update["updates"])
+
+
+@pytest.mark.parametrize("lag,seconds", [(0, 0.30), (1, 0.35)])
+def test_an_update_with_lag_1_lasts_from_one_row_to_the_next(lag, seconds):
+    """With --lag 1 the next batch plays between two of the trainer's updates, while
+    bench makes its calls: an update's seconds then run from the row before (0.35 s
+    apart here), not from the start of train_batch (0.30 s before its row)."""
+    reports = iter(
+        BatchReport(BatchRow(b, 10 * b, 9000 * b, 0.35 * b, 0.30, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.25] * 10, 0)
+        for b in range(1, 5)
+    )
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=lag, batch_size=10), train_batch=lambda: next(reports))
+    pool: Any = SimpleNamespace(num_workers=4, nodes=lambda: 1)
+    measured = updates(trainer, pool, 3, lambda _: None)
+    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([seconds] * 3)
+    assert measured["lower_bound_s"] == pytest.approx(0.25 * 10 / 4)
 
 
 def test_shapes():

@@ -54,14 +54,17 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
     of any schedule, efficiency, the driver's CPU and the bytes it received, each
     the median over the updates."""
-    trainer.train_batch()  # warm-up: compiled code, first transfers, worker caches
+    wall_s = trainer.train_batch().row.wall_s  # warm-up: compiled code, first transfers, worker caches
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
-        row = _update_row(report, time.process_time() - cpu, pool.num_workers)
+        # With --lag 1 the next batch plays between two updates, while bench makes its
+        # calls: an update is the time from one row to the next (6-8 ms more at 1x64).
+        cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
+        row = _update_row(report, time.process_time() - cpu, pool.num_workers, cycle_s if trainer.config.lag else None)
         after = thread_cpu_seconds()
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
@@ -151,8 +154,10 @@ def thread_cpu_seconds() -> dict[str, float]:
     return seconds
 
 
-def _update_row(report: BatchReport, cpu_s: float, workers: int) -> dict[str, Any]:
-    durations, seconds = report.durations, report.row.batch_s
+def _update_row(report: BatchReport, cpu_s: float, workers: int, cycle_s: float | None = None) -> dict[str, Any]:
+    """One update's figures. Its seconds: the batch's own, or `cycle_s` (from the row
+    before to this one) where the next batch starts before its update does (--lag 1)."""
+    durations, seconds = report.durations, report.row.batch_s if cycle_s is None else cycle_s
     lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
     work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
     schedule = first_free(durations, workers, RAY_PAUSE_S)
