@@ -81,20 +81,23 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     assert all(row["barrier_s"] < 0.002 for row in update["updates"])
 
 
-@pytest.mark.parametrize("lag,seconds", [(0, 0.30), (1, 0.35)])
-def test_an_update_with_lag_1_lasts_from_one_row_to_the_next(lag, seconds):
+@pytest.mark.parametrize("lag,seconds,pace", [(0, [0.3, 0.3, 0.3], 0.3), (1, [0.2, 0.5, 0.5], 0.4)])
+def test_an_update_with_lag_1_lasts_from_one_row_to_the_next(lag, seconds, pace):
     """With --lag 1 the next batch plays between two of the trainer's updates, while
-    bench makes its calls: an update's seconds then run from the row before (0.35 s
-    apart here), not from the start of train_batch (0.30 s before its row)."""
+    bench makes its calls: an update's seconds then run from the row before (here
+    0.2, 0.5 and 0.5 s apart), not from the start of train_batch (0.3 s before each
+    row), and the pace is their mean (overlapping updates make up for each other)."""
+    walls = [0.3, 0.5, 1.0, 1.5]  # the warm-up's row, then the three updates'
     reports = iter(
-        BatchReport(BatchRow(b, 10 * b, 9000 * b, 0.35 * b, 0.30, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.25] * 10, 0)
-        for b in range(1, 5)
+        BatchReport(BatchRow(b, 10 * b, 9000 * b, wall, 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.25] * 10, 0)
+        for b, wall in enumerate(walls, 1)
     )
     trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=lag, batch_size=10), train_batch=lambda: next(reports))
     pool: Any = SimpleNamespace(num_workers=4, nodes=lambda: 1)
     measured = updates(trainer, pool, 3, lambda _: None)
-    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([seconds] * 3)
-    assert measured["lower_bound_s"] == pytest.approx(0.25 * 10 / 4)
+    assert [row["seconds"] for row in measured["updates"]] == pytest.approx(seconds)
+    assert measured["seconds_per_update"] == pytest.approx(pace)
+    assert measured["efficiency"] == pytest.approx(0.25 * 10 / 4 / pace)
 
 
 def test_shapes():

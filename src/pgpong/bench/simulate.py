@@ -122,9 +122,13 @@ def play_bank(settings: WorkerSettings, weights: Params, matches: int, seed: int
     return Bank(played, seconds_per_step)
 
 
-def start_cluster(shape: Shape, object_store_mb: int = 150) -> Any:
+def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int = 1024) -> Any:
     """A local Ray cluster of shape.nodes raylets declaring shape.cpus CPUs each,
-    with the settings of the Ray instance pgpong starts; this process joins it."""
+    with the settings of the Ray instance pgpong starts; this process joins it. The
+    head's object store is the larger: it holds the bank (up to about 100 MB, pinned)
+    beside the queue's weights and the nodes' sums coming to the reducer (22 of up to
+    5 MB at 11x18 with --lag 1); with 150 MB there it spilled to disk, and an update
+    whose sums waited 2-4 s for their restores took 5-8 s rather than 2-3."""
     import logging
 
     import ray
@@ -133,7 +137,7 @@ def start_cluster(shape: Shape, object_store_mb: int = 150) -> Any:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     set_auth_mode("token")  # a new local cluster, as Ray's own default since 2.59, chosen explicitly
     store = object_store_mb * 2**20
-    head = {"num_cpus": shape.cpus, "include_dashboard": False, "object_store_memory": store}
+    head = {"num_cpus": shape.cpus, "include_dashboard": False, "object_store_memory": head_store_mb * 2**20}
     cluster = Cluster(initialize_head=True, head_node_args={**head, "_system_config": LOCAL_SYSTEM_CONFIG})
     for _ in range(shape.nodes - 1):
         cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
