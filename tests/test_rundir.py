@@ -176,6 +176,37 @@ def test_wall_time_adds_up_across_resumes(tmp_path):
     assert walls[3] > walls[2]
 
 
+class SlowOutput:
+    """An output that takes 0.2 s to show each row."""
+
+    def begin_batch(self, batch, episodes, running_reward):
+        pass
+
+    def episode(self, finished, steps, running_reward):
+        pass
+
+    def end_batch(self, row, phases):
+        time.sleep(0.2)
+
+    def close(self):
+        pass
+
+
+def test_wall_time_counts_what_comes_after_a_row_too(tmp_path):
+    """A row is shown and recorded after it is made (and a checkpoint may be written):
+    that time is the run's too, counted in the next row's wall time (it was left out)."""
+    from pgpong.session import open_trainer
+
+    run = new_run(tmp_path / "r", iterations=3)
+    with open_trainer(run, ScriptedPool([-21.0] * 6), {}, tensorboard=False) as trainer:
+        trainer.log.outputs.append(SlowOutput())
+        trainer.train()
+    rows = read_progress(run.progress_path)
+    walls, batch_s = [float(r["wall_s"]) for r in rows], [float(r["batch_s"]) for r in rows]
+    assert max(batch_s) < 0.2  # the batches themselves are quick
+    assert walls[2] - walls[0] == pytest.approx(0.4 + batch_s[1] + batch_s[2], abs=0.05)
+
+
 def test_check_run_dir_writable_refuses_a_file_in_the_way(tmp_path):
     (tmp_path / "file").write_text("x")
     run = open_run(tmp_path / "file" / "r", SETTINGS)

@@ -87,10 +87,10 @@ def test_an_update_with_lag_1_lasts_from_one_row_to_the_next(lag, seconds, pace)
     bench makes its calls: an update's seconds then run from the row before (here
     0.2, 0.5 and 0.5 s apart), not from the start of train_batch (0.3 s before each
     row), and the pace is their mean (overlapping updates make up for each other)."""
-    walls = [0.3, 0.5, 1.0, 1.5]  # the warm-up's row, then the three updates'
+    walls = [0.3, 0.6, 0.8, 1.3, 1.8]  # the warm-up's rows (one, or two with a lag), then the three updates'
     reports = iter(
         BatchReport(BatchRow(b, 10 * b, 9000 * b, wall, 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.25] * 10, 0)
-        for b, wall in enumerate(walls, 1)
+        for b, wall in enumerate(walls[1 - lag :], 1)
     )
     trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=lag, batch_size=10), train_batch=lambda: next(reports))
     pool: Any = SimpleNamespace(num_workers=4, nodes=lambda: 1)

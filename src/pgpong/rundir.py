@@ -31,6 +31,10 @@ from pgpong.runlog import RunLog, last_recorded_batch
 class RunWriteError(PgpongError, RuntimeError):
     """The run directory could not be written (disk full, permissions, ...)."""
 
+    @classmethod
+    def of(cls, directory: Path, error: OSError) -> RunWriteError:
+        return cls(f"cannot write to the run directory {directory}: {error}")
+
 
 @dataclasses.dataclass
 class Run:
@@ -178,7 +182,7 @@ def create_run_files(run: Run, extra: dict) -> None:
         save_config(run.config, run.config_path, extra)
         remove_stale_temporaries(run.checkpoint_dir)
     except OSError as exc:
-        raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
+        raise RunWriteError.of(run.directory, exc) from None
     if run.progress_path.exists():
         RunLog(run.progress_path).trim(run.state.batch)
 

@@ -9,6 +9,7 @@ import contextlib
 import csv
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -176,26 +177,26 @@ class ConsoleLines(_Quiet):
 
 class TensorBoard(_Quiet):
     """TensorBoard event files in the run directory, env steps as the step, written in
-    this thread with tensorboardX's records and protos (its SummaryWriter writes from a
-    thread of its own, which a full disk killed, leaving the next events blocked on its
-    queue). A resumed run hides what a killed driver wrote past its checkpoint. When
-    the disk refuses a write the file is given up, and the error raised once."""
+    this thread with tensorboardX's records and protos (SummaryWriter's thread died on
+    a full disk, then its queue blocked). A resumed run hides what a killed driver wrote
+    past its checkpoint. If the disk refuses a write, the file is given up (raised once)."""
 
     def __init__(self, directory: Path, resumed_at_step: int | None, settings: dict[str, Any]):
-        from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.record_writer import RecordWriter
         from tensorboardX.summary import scalar, text
 
         self._event, self._scalar = Event, scalar
-        # tensorboardX names a file by its second: a run resumed within the second the
-        # last one began would empty that one's file. A suffix in nanoseconds, of fixed
-        # width, keeps each file and their order.
-        self.file: Any = EventsWriter(str(directory / "events"), f".{time.time_ns():020d}")
+        # Named as tensorboardX names its files (by the second), then by the nanosecond:
+        # a run resumed within the second the last one began would empty that one's file.
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{time.time_ns():020d}"
+        self.file: Any = RecordWriter(str(directory / name))  # (its close closes the file even if its flush fails)
+        first = Event(file_version="brain.Event:2")
         if resumed_at_step is None:
             table = "\n".join(f"| {k} | {v} |" for k, v in sorted(settings.items()))
-            self._write(0, [Event(summary=text("settings", f"| setting | value |\n| --- | --- |\n{table}"))])
+            self._write(0, [first, Event(summary=text("settings", f"| setting | value |\n| --- | --- |\n{table}"))])
         else:  # TensorBoard drops the events from this step on that came before it
-            self._write(resumed_at_step + 1, [Event(session_log=SessionLog(status=SessionLog.START))])
+            self._write(resumed_at_step + 1, [first, Event(session_log=SessionLog(status=SessionLog.START))])
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
         values = {
@@ -218,7 +219,7 @@ class TensorBoard(_Quiet):
     def close(self) -> None:
         if self.file is not None:
             file, self.file = self.file, None
-            file.close()  # (a file whose last flush fails is closed all the same)
+            file.close()
 
     def _write(self, step: int, events: list[Any]) -> None:
         if self.file is None:  # given up: the disk refused it
@@ -226,7 +227,7 @@ class TensorBoard(_Quiet):
         try:
             for event in events:
                 event.wall_time, event.step = time.time(), step
-                self.file.write_event(event)
+                self.file.write(event.SerializeToString())
             self.file.flush()
         except OSError:
             file, self.file = self.file, None

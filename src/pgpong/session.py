@@ -179,10 +179,11 @@ def open_trainer(
     log = RunLog(run.progress_path, outputs=outputs, out=out if out is not None else io.StringIO())
     try:
         if tensorboard:
-            config = run.config
-            log.outputs.append(
-                TensorBoard(run.directory, run.state.env_steps if run.resumed else None, config.to_dict())
-            )
+            try:
+                board = TensorBoard(run.directory, run.state.env_steps if run.resumed else None, run.config.to_dict())
+            except OSError as exc:
+                raise RunWriteError.of(run.directory, exc) from None
+            log.outputs.append(board)
         trainer = Trainer(run, pool, log)
         try:
             with kept_out_of_full_collections():
@@ -193,7 +194,7 @@ def open_trainer(
         try:
             log.close()
         except OSError as exc:  # (a full disk: TensorBoard's last events)
-            raise RunWriteError(f"cannot write to the run directory {run.directory}: {exc}") from None
+            raise RunWriteError.of(run.directory, exc) from None
 
 
 @contextmanager

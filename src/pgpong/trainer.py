@@ -53,7 +53,7 @@ class Trainer:
         self.optimizer = RMSProp(config.learning_rate, config.decay_rate, self.state.cache, config.max_update_norm)
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
-        self._last_end: float | None = None  # wall time counts the gaps between batches too
+        self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
         self._broken = False  # a step made the weights non-finite: they are not saved
         self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
 
@@ -118,11 +118,13 @@ class Trainer:
             _check_finite(state.weights, "the weights", *checked)
             _check_finite(state.cache, "the RMSProp cache", *checked)
             self._broken = False
-            batch_s = time.monotonic() - began
+            now = time.monotonic()
+            batch_s = now - began
             state.batch += 1
             state.episodes += len(episodes)
             state.env_steps += sum(lengths)
-            state.wall_s += batch_s if self._last_end is None else time.monotonic() - self._last_end
+            state.wall_s += batch_s if self._last_row is None else now - self._last_row
+            self._last_row = now
             measured = played.measures
             row = BatchRow.of_batch(
                 state,
@@ -145,8 +147,7 @@ class Trainer:
                     self.log.note(note, pace.LIVE_TAG)
                 self.log.record(row, phases)
             except OSError as exc:
-                raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {exc}") from None
-        self._last_end = time.monotonic()
+                raise RunWriteError.of(self.run.directory, exc) from None
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
 
     def _play(self, weights: Params, episodes: list[EpisodeId], finished: Finished) -> BatchResult:
@@ -281,7 +282,7 @@ class CheckpointWriter:
         self._jobs.join()
         error, self._error = self._error, None
         if isinstance(error, OSError):
-            raise RunWriteError(f"cannot write to the run directory {self.run.directory}: {error}")
+            raise RunWriteError.of(self.run.directory, error)
         if error is not None:
             raise error
 

@@ -54,7 +54,11 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
     of any schedule, efficiency, the driver's CPU and the bytes it received, each
     the median over the updates (with --lag 1, seconds per update are their mean)."""
-    wall_s = trainer.train_batch().row.wall_s  # warm-up: compiled code, first transfers, worker caches
+    # Warm-up: compiled code, first transfers, worker caches; with --lag 1 a second
+    # batch, the first to overlap another (it took 0.43-0.44 s at 1x64, batch 60, early,
+    # where the ones after it took 0.35-0.39).
+    for _ in range(2 if trainer.config.lag else 1):
+        wall_s = trainer.train_batch().row.wall_s
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
