@@ -98,6 +98,7 @@ def test_an_update_with_lag_1_lasts_from_one_row_to_the_next(lag, seconds, pace)
     assert [row["seconds"] for row in measured["updates"]] == pytest.approx(seconds)
     assert measured["seconds_per_update"] == pytest.approx(pace)
     assert measured["efficiency"] == pytest.approx(0.25 * 10 / 4 / pace)
+    assert (measured["overhead_s"] is None) == bool(lag)  # overlapping batches: no one-batch schedule to compare with
 
 
 def test_shapes():

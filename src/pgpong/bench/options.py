@@ -78,7 +78,10 @@ class BenchOptions:
         shown="off",
     )
     lag: int = setting(
-        0, "with --simulate: the timed updates' --lag (1: the next batch starts while this one ends)", metavar="0|1"
+        0,
+        "with --simulate: the timed updates' --lag (1: the next batch starts while this one ends; an update is "
+        "then timed from the row before, their mean taken, after two warm-up batches)",
+        metavar="0|1",
     )
     bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
     pace: float | None = setting(

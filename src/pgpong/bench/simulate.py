@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pgpong.bench.options import BenchOptions, Shape
-from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates
+from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates, warm_up_batches
 from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
@@ -188,7 +188,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             rows = []
             count = opts.update_batches or 5
             for size in opts.batch_sizes:
-                say(f"batch {size}: 1 warm-up + {count} updates")
+                say(f"batch {size}: {warm_up_batches(opts.lag)} warm-up + {count} updates")
                 with scratch_trainer(pool, opts, batch_size=size) as trainer:
                     rows.append(updates(trainer, pool, count, status))
         finally:

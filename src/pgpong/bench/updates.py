@@ -50,14 +50,18 @@ def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator
         yield trainer  # its checkpoints are closed before the scratch directory goes
 
 
+def warm_up_batches(lag: int) -> int:
+    """Batches played before the timed ones: compiled code, first transfers, worker
+    caches; with --lag 1 a second, the first to overlap another (it took 0.43-0.44 s
+    at 1x64, batch 60, early, where the ones after it took 0.35-0.39)."""
+    return 2 if lag else 1
+
+
 def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None]) -> dict[str, Any]:
     """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
     of any schedule, efficiency, the driver's CPU and the bytes it received, each
     the median over the updates (with --lag 1, seconds per update are their mean)."""
-    # Warm-up: compiled code, first transfers, worker caches; with --lag 1 a second
-    # batch, the first to overlap another (it took 0.43-0.44 s at 1x64, batch 60, early,
-    # where the ones after it took 0.35-0.39).
-    for _ in range(2 if trainer.config.lag else 1):
+    for _ in range(warm_up_batches(trainer.config.lag)):
         wall_s = trainer.train_batch().row.wall_s
     rows = []
     for k in range(count):
@@ -82,8 +86,6 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             row["machine_busy"] /= (os.cpu_count() or 1) * report.row.batch_s
         rows.append(row)
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-    times = {key: median(key) for key in ("seconds", "efficiency", "of_best_whole_matches", "of_work_per_worker")}
-    times["overhead_s"] = median("overhead_s")
     if trainer.config.lag:  # overlapping updates make up for each other (a long, then a short): their mean is the pace
         seconds = statistics.fmean(r["seconds"] for r in rows)
         times = {
@@ -91,8 +93,11 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             "efficiency": median("lower_bound_s") / seconds,
             "of_best_whole_matches": seconds / median("best_whole_matches_s"),
             "of_work_per_worker": seconds / median("work_per_worker_s"),
-            "overhead_s": seconds - median("schedule_s"),
+            "overhead_s": None,  # (batches overlap: there is no schedule of one batch to compare with)
         }
+    else:
+        keys = ("seconds", "efficiency", "of_best_whole_matches", "of_work_per_worker", "overhead_s")
+        times = {key: median(key) for key in keys}
     return {
         "batch_size": trainer.config.batch_size,
         "workers": pool.num_workers,
@@ -185,7 +190,8 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int, cycle_s: float 
         "work_per_worker_s": work,
         "of_work_per_worker": seconds / work,
         "schedule_s": schedule,  # pgpong's own rule with these matches: first free worker, Ray's pause between
-        "overhead_s": seconds - schedule,  # the rest: publishing, sums, the step, and this machine's contention
+        # the rest: publishing, sums, the step, and this machine's contention (none to speak of once batches overlap)
+        "overhead_s": seconds - schedule if cycle_s is None else None,
         "driver_cpu_ms": 1e3 * cpu_s,
         "bytes_into_driver": report.bytes_in,
         "barrier_s": report.row.barrier_s,
@@ -204,10 +210,11 @@ def update_table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for u in rows:
         queue = f"{u['queue_cpu_ms']:.0f} ms" if u.get("queue_cpu_ms") is not None else "-"
+        overhead = f"{1e3 * u['overhead_s']:.0f} ms" if u["overhead_s"] is not None else "-"
         lines.append(
             f"| {u['batch_size']} | {u['workers']} | {u['nodes']} | {u['seconds_per_update']:.2f} s"
             f" | {u['lower_bound_s']:.2f} s | {u['best_whole_matches_s']:.2f} s | {u['efficiency']:.2f}"
-            f" | {1e3 * u['overhead_s']:.0f} ms | {u['driver_cpu_ms']:.0f} ms | {queue}"
+            f" | {overhead} | {u['driver_cpu_ms']:.0f} ms | {queue}"
             f" | {u['bytes_into_driver'] / 2**20:.1f} MB |"
         )
     return lines
