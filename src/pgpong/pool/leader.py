@@ -68,11 +68,9 @@ class NodeLeader:
                 for held in (sums, ahead, alone):
                     held.pop(gone, None)
             if isinstance(result, Played):
-                if batch in feed.dropped:
-                    pass
-                elif batch in ahead and batch not in sums and not left:  # no sum to add it to: it goes as it is
+                if batch in ahead and batch not in sums and not left:  # no sum to add it to: it goes as it is
                     alone[batch] = (result.grad, [position])
-                else:
+                elif batch not in feed.dropped:  # (a dropped batch is not summed; nor is it in `ahead`)
                     if batch not in sums:  # (a 10 MB array: made once a batch, not once a match)
                         sums[batch] = (ExactSum(len(result.grad.W2)), [])
                     total, summed = sums[batch]
