@@ -131,9 +131,8 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
         c.remove_node(worker_node, allow_graceful=False)
 
     try:
-        with in_background(remove_a_node_when_batch_3_starts) as remover, hang_guard(180):
+        with in_background(remove_a_node_when_batch_3_starts), hang_guard(180):
             state = train_in_process(tmp_path / "run", 3, 5, lagged, pool=pool)
-        remover.join()
         assert started.exists() and len([n for n in ray.nodes() if n["Alive"]]) == 2
         assert pool.nodes() == 2 and pool.num_workers == 2 and pool.replaced == 1
     finally:
