@@ -57,7 +57,8 @@ class SimulatedWorkers:
         self._guard = threading.Lock()
         kept_for_life()  # as a rollout worker does
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId, slot: int = 0) -> Played:
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId | list[int], slot: int = 0) -> Played:
+        episode = EpisodeId(*episode)
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another

@@ -112,16 +112,18 @@ class RolloutWorker:
     def _make_env(self) -> Any:
         return make_env(self.settings.env_id, self.settings.max_episode_steps)
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId) -> Played:
-        """Play the match; its stats and its gradient in fixed point, ready to be summed."""
+    def play(self, weights: Params | PublishedWeights, episode: EpisodeId | list[int]) -> Played:
+        """Play the match; its stats and its gradient in fixed point, ready to be summed.
+        (A pool sends the episode as a list of numbers: RayPool.run.)"""
+        episode = EpisodeId(*episode)
         if self._hook:
             self._hook("play", episode)
         settings = self.settings
         result = play_episode(self.env, self._weights(weights), episode, settings.gamma, settings.entropy_bonus)
         return Played(result.stats(), IntegerGradient.of(result.grad))
 
-    def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId, greedy: bool) -> MatchResult:
-        return play_match(self.env, self._weights(weights), match, greedy)
+    def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId | list[int], greedy: bool) -> MatchResult:
+        return play_match(self.env, self._weights(weights), EpisodeId(*match), greedy)
 
     def pid(self) -> int:
         """This worker's process id; answering it also says the worker has started."""
@@ -151,7 +153,7 @@ class WorkerKind:
 @dataclass(frozen=True)
 class Slot:
     """One of the workers a shared process stands in for: calls go to the process's
-    method with `slot=index`."""
+    method with `index` as its last argument."""
 
     actor: Any
     index: int
@@ -169,7 +171,7 @@ class _SlotMethod:
     index: int
 
     def remote(self, *args: Any) -> Any:
-        return self.method.remote(*args, slot=self.index)
+        return self.method.remote(*args, self.index)  # (by position: a keyword costs Ray more per call)
 
 
 def process_of(worker: Any) -> Any:
