@@ -27,7 +27,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("plot", []),
     ("scaling", []),
     ("study", ["study", "study.runner", "study.report", "study.plan"]),
-    ("bench", ["bench", "bench.simulate", "bench.throughput", "bench.updates", "bench.options"]),
+    ("bench", ["bench", "bench.simulate", "bench.throughput", "bench.updates", "bench.contention", "bench.options"]),
     ("noise", []),
     ("session", []),
     ("evaluate", []),

@@ -2,6 +2,7 @@
 so the simulation cannot rot; its shapes and bad input."""
 
 import json
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -55,6 +56,16 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     # the queue's share (it publishes the weights, and hands out the matches) is measured apart
     assert update["queue_cpu_ms"] > 0 and update["reducer_cpu_ms"] >= 0
     assert all(row["queue_cpu_ms"] > 0 for row in update["updates"])
+    # each part's CPU and wait for one, read from Linux (on it): the simulated cluster's
+    # processes are found, the driver's CPU agrees with its own clock
+    if os.path.exists("/proc/self/task"):
+        (row,) = update["updates"]
+        parts = row["processes"]
+        assert {"driver", "queue", "reducer", "leaders", "workers", "ray"} <= set(parts)
+        assert all(p["cpu_ms"] >= 0 and p["wait_ms"] >= 0 for p in parts.values())
+        assert parts["leaders"]["cpu_ms"] > 0 and parts["workers"]["cpu_ms"] > 0
+        assert parts["driver"]["cpu_ms"] >= 0.5 * row["driver_cpu_ms"]  # the right process (read a little stale)
+        assert set(update["waiting_for_cpu_ms"]) == set(parts)
     # the driver received two chunk sums (16 and 4 episodes, each from the same 3 banked
     # matches), not 20 episodes' gradients
     per_episode = 20 * bank["gradient_mb_mean"] * 2**20

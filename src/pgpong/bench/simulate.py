@@ -215,6 +215,19 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
     }
 
 
+def waiting_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What this machine's contention cost each part, per batch size (none with --lag 1)."""
+    lines = []
+    for u in rows:
+        waits = u.get("waiting_for_cpu_ms")
+        if waits:
+            parts = ", ".join(f"{part} {ms:,.0f}" for part, ms in waits.items())
+            lines.append(
+                f"Batch {u['batch_size']}: ms per update waiting for a CPU of this machine (all threads): {parts}."
+            )
+    return ["", *lines] if lines else []
+
+
 def format_simulation(report: dict[str, Any]) -> str:
     s, b = report["simulated"], report["bank"]
     return "\n".join(
@@ -230,6 +243,7 @@ def format_simulation(report: dict[str, Any]) -> str:
             + f"; gradients of {b['gradient_mb_mean']:.2f} MB on average.",
             "",
             *update_table(report["updates"]),
+            *waiting_lines(report["updates"]),
             "",
             "Simulated: the emulation (each worker waits as long as its match would take). Real: the driver, Ray, "
             "the queue, the leaders, the transfers, the sums and the checkpoints, all sharing this machine's cores.",

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pgpong.bench import contention
 from pgpong.bench.options import BenchOptions
 from pgpong.config import TrainConfig
 from pgpong.placement import best_whole_matches, first_free, lower_bound
@@ -67,8 +68,13 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     for k in range(count):
         status(f"update {k + 1}/{count}")
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
+        # (Not with --lag 1, where the next batch plays meanwhile: reading every thread's
+        # times takes the driver a few ms.)
+        running = contention.processes() if not trainer.config.lag else []
+        waits = contention.waits(running)
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
+        waits_after = contention.waits(running)
         # With --lag 1 the next batch plays between two updates, while bench makes its
         # calls: an update is the time from one row to the next (6-8 ms more at 1x64).
         cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
@@ -80,6 +86,8 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         after_calls = queue_calls(pool)
         for name, count in after_calls.items():  # the nodes' requests and reports to the queue during the update
             row[f"queue_{name.replace(' ', '_')}_calls"] = count - calls.get(name, 0)
+        if running:
+            row["processes"] = contention.waited_ms(waits, waits_after)
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
@@ -118,6 +126,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "bytes_into_driver": median("bytes_into_driver"),
         "barrier_s": median("barrier_s"),
         "machine_busy": median("machine_busy") if all("machine_busy" in r for r in rows) else None,
+        "waiting_for_cpu_ms": contention.median_waits([r["processes"] for r in rows if "processes" in r]),
         "episode_len_mean": median("episode_len_mean"),
         "updates": rows,
     }
