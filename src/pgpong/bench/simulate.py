@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from pgpong.bench.options import BenchOptions, Shape
-from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates, warm_up_batches
+from pgpong.bench.updates import (
+    as_trained,
+    scratch_trainer,
+    update_table,
+    updates,
+    waiting_lines,
+    warm_up_batches,
+)
 from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
@@ -213,19 +220,6 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         "bank": bank.summary(),
         "updates": rows,
     }
-
-
-def waiting_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """What this machine's contention cost each part, per batch size (none with --lag 1)."""
-    lines = []
-    for u in rows:
-        waits = u.get("waiting_for_cpu_ms")
-        if waits:
-            parts = ", ".join(f"{part} {ms:,.0f}" for part, ms in waits.items())
-            lines.append(
-                f"Batch {u['batch_size']}: ms per update waiting for a CPU of this machine (all threads): {parts}."
-            )
-    return ["", *lines] if lines else []
 
 
 def format_simulation(report: dict[str, Any]) -> str:

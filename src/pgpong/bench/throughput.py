@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pgpong.bench.options import BenchOptions
-from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates
+from pgpong.bench.updates import as_trained, scratch_trainer, update_table, updates, waiting_lines
 from pgpong.cluster import stop_ray
 from pgpong.envs import DOWN, UP, emulator_settings, make_env, make_gymnasium_env
 from pgpong.policy import Params
@@ -393,7 +393,7 @@ def format_report(report: dict[str, Any]) -> str:
             BETWEEN: "workers idle between episodes: Ray's round trips, the driver's step",
         }.get(name, name)
         lines.append(f"| {label} | {ms:,.1f} | {100 * tm['driver_share_of_batch'][name]:.1f}% |")
-    lines += ["", *update_table(report["updates"])]
+    lines += ["", *update_table(report["updates"]), *waiting_lines(report["updates"])]
     lines += [
         "",
         "| memory | |",
