@@ -201,15 +201,14 @@ class ClusterPool:
         the reducer), and start the leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
+        if method == "play":  # in the reducer before any leader can have a sum of it
+            ray.get(self._reducer.open.remote(self._batch, len(episodes)), timeout=stall_s)
         began = time.perf_counter()
-        # To be summed, the batch is opened in the reducer, alongside (a sum that comes
-        # first waits there for it: Reducer.add). The episodes go as lists of numbers:
-        # Ray's arguments go through msgpack (strict types), which packs those itself but
-        # pickles each tuple, named or not, on its own (about 3 us each: 9 ms of the
-        # driver's CPU at batch 3,000).
-        opened = [self._reducer.open.remote(self._batch, len(episodes))] if method == "play" else []
+        # The episodes as lists of numbers: Ray's arguments go through msgpack (strict
+        # types), which packs those itself but pickles each tuple, named or not, on its own
+        # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
         plain = [list(episode) for episode in episodes]
-        ray.get([*opened, self._queue.add.remote(self._batch, plain, method, weights, args)], timeout=stall_s)
+        ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
         measures.add_seconds("publish weights", time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1

@@ -39,14 +39,14 @@ class Summing:
     """A batch in the reducer: how many matches it has, their sum so far, which
     positions each node's sums brought, and the nodes declared lost."""
 
-    matches: int | None  # None: a sum came before the batch was opened
+    matches: int
     total: ExactSum | None = None
     counted: dict[int, list[int]] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)
     shares: list[tuple[float, NodeShare]] = field(default_factory=list)  # (when it came, the node's account)
 
     def complete(self) -> bool:
-        return self.total is not None and self.matches is not None and self.total.matches >= self.matches
+        return self.total is not None and self.total.matches >= self.matches
 
 
 class Reducer:
@@ -57,29 +57,11 @@ class Reducer:
 
     def __init__(self) -> None:
         self.batches: dict[int, Summing] = {}
-        self.newest = 0  # the newest batch opened or summed: those up to it not in `batches` are over
         self.ahead = Counter[int]()  # node -> its sums added so far that were sent ahead of its last of a batch
         self._news = asyncio.Condition()
 
     async def open(self, batch: int, matches: int) -> None:
-        """The batch is in play, with `matches` matches to be summed. The driver does
-        not wait for this before it hands the batch out, so a node's sum may come first."""
-        summing = self._summing(batch)
-        if summing is not None:  # (else it was cancelled meanwhile)
-            summing.matches = matches
-            await self._tell_if_complete(summing)
-
-    def _summing(self, batch: int) -> Summing | None:
-        """The batch in the reducer (a newer one than any seen so far is added); None if it is over."""
-        if batch > self.newest:
-            self.newest = batch
-            self.batches[batch] = Summing(None)
-        return self.batches.get(batch)
-
-    async def _tell_if_complete(self, summing: Summing) -> None:
-        if summing.complete():
-            async with self._news:
-                self._news.notify_all()
+        self.batches[batch] = Summing(matches)
 
     async def add(
         self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare | None
@@ -87,7 +69,7 @@ class Reducer:
         """Add `node`'s sum (of the matches at `positions`: all it played of the batch,
         or those it sent ahead of its last, without `share`); False if the batch is over
         or the node was declared lost meanwhile (its matches are being played again)."""
-        summing = self._summing(batch)
+        summing = self.batches.get(batch)
         if summing is None or node in summing.closed:
             return False
         summing.total = summing.total or ExactSum(len(part.W2))
@@ -96,7 +78,9 @@ class Reducer:
         summing.counted.setdefault(node, []).extend(positions)
         if share is not None:
             summing.shares.append((time.monotonic(), share))
-        await self._tell_if_complete(summing)
+        if summing.complete():
+            async with self._news:
+                self._news.notify_all()
         return True
 
     async def sent_ahead(self) -> dict[int, int]:
