@@ -269,8 +269,7 @@ def weights_figure(weights: Params, title: str, units: int | None = None, zoom: 
     ax = fig.add_axes(
         (0.2 / (width_in + 1.6), 0.2 / (height_in + 1.0), width_in / (width_in + 1.6), height_in / (height_in + 1.0))
     )
-    cmap = matplotlib.colormaps["RdBu_r"].copy()
-    cmap.set_bad("#808080")
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#808080")  # the gaps between units (NaN): grey
     image = ax.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest", aspect="equal")
     ax.set_axis_off()
     shown = f"each of the {hidden} hidden units" if units is None else f"the first {hidden} hidden units"
