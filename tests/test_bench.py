@@ -144,7 +144,8 @@ def test_bench_text_output_has_every_table():
         "| 10 | 2 | 1 | 2.50 s | 2.25 s | 2.30 s | 0.90 | 50 ms | 41 ms | - | 9.0 MB |",  # no queue on one node
         "93 bytes/step",
         "150 MB",
-        "Batch 10: waiting for a CPU here, ms per update summed over threads: driver 3, rollout workers 1,234, ray 20.",
+        "Batch 10: ms per update waiting for a CPU here (the threads running each part's code): driver 3, rollout "
+        "workers 1,234, ray 20.",
     ):
         assert needle in text, needle
 

@@ -46,8 +46,9 @@ def test_a_busy_thread_waits_for_a_cpu_that_another_holds():
             child.wait()
     (part,) = contention.waited_ms(before, after).values()
     # 0.6 s of two spinners on one CPU, always ready to run: 1.2 s of running and
-    # waiting between them, about half of it waiting
+    # waiting between them, about half of it waiting; all of it in their code's thread
     assert 1000 < part["cpu_ms"] + part["wait_ms"] < 1400 and 300 < part["wait_ms"] < 900
+    assert part["code_wait_ms"] == part["wait_ms"]
 
 
 def test_the_driver_is_always_read_and_medians_are_per_part():
@@ -56,8 +57,8 @@ def test_the_driver_is_always_read_and_medians_are_per_part():
         pass
     (driver, *_) = contention.processes()
     assert driver == contention.Process(os.getpid(), "driver")
-    (cpu, wait) = contention.waits([driver])["driver"]
-    assert cpu > 0.05 and wait >= 0
-    readings = [{"driver": {"cpu_ms": 1, "wait_ms": w}, "queue": {"cpu_ms": 1, "wait_ms": 5}} for w in (3, 1, 2)]
+    times = contention.waits([driver])["driver"]
+    assert times.cpu > 0.05 and 0 <= times.code_wait <= times.wait
+    readings = [{"driver": {"code_wait_ms": w}, "queue": {"code_wait_ms": 5}} for w in (3, 1, 2)]
     assert contention.median_waits(readings) == {"driver": 2, "queue": 5}
     assert contention.median_waits([]) is None

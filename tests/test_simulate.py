@@ -62,7 +62,7 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
         (row,) = update["updates"]
         parts = row["processes"]
         assert {"driver", "queue", "reducer", "leaders", "workers", "ray"} <= set(parts)
-        assert all(p["cpu_ms"] >= 0 and p["wait_ms"] >= 0 for p in parts.values())
+        assert all(p["cpu_ms"] >= 0 and 0 <= p["code_wait_ms"] <= p["wait_ms"] for p in parts.values())
         assert parts["leaders"]["cpu_ms"] > 0 and parts["workers"]["cpu_ms"] > 0
         assert parts["driver"]["cpu_ms"] >= 0.5 * row["driver_cpu_ms"]  # the right process (read a little stale)
         assert set(update["waiting_for_cpu_ms"]) == set(parts)

@@ -6,10 +6,13 @@ to run but waiting for a CPU (/proc/PID/task/TID/schedstat). Read before and aft
 update for this process (the driver) and the Ray processes it started (a local
 instance's, or bench --simulate's cluster's), grouped by their part (Ray titles an
 actor's process ray::CLASS), they say how much CPU each part used and how long its
-threads waited for one. The waits are summed over a part's processes and threads,
-several of which may wait at once, so they are not a delay of the update: they show
-where a busy machine stood in the way. On a machine with a core for each worker, or
-a cluster, the waits of the driver, queue, reducer and leaders would mostly not be there.
+threads waited for one: all of them, and those that run the part's code (the
+threads that keep their process's name: its main thread, a threaded actor's; not the
+ones Ray starts for its I/O, which name themselves). The waits are summed over a
+part's processes and threads, several of which may wait at once, so they are not a
+delay of the update: they show where a busy machine stood in the way. On a machine
+with a core for each worker, or a cluster, the waits of the driver, queue, reducer and
+leaders would mostly not be there.
 """
 
 from __future__ import annotations
@@ -82,48 +85,69 @@ def _part(command: str) -> str | None:
     return None
 
 
-def waits(running: list[Process]) -> dict[str, tuple[float, float]]:
-    """(CPU seconds, seconds waiting for a CPU) of each part's threads so far, summed
-    over its processes; a process that has ended counts for nothing."""
-    totals: dict[str, tuple[float, float]] = {}
+@dataclass(frozen=True)
+class Times:
+    """A part's seconds so far: running, waiting for a CPU, and the latter for the
+    threads that run its Python code (those that keep their process's name: the
+    main thread, a threaded actor's, Python's; not Ray's own, which name themselves)."""
+
+    cpu: float = 0.0
+    wait: float = 0.0
+    code_wait: float = 0.0
+
+    def __add__(self, other: Times) -> Times:
+        return Times(self.cpu + other.cpu, self.wait + other.wait, self.code_wait + other.code_wait)
+
+
+def waits(running: list[Process]) -> dict[str, Times]:
+    """Each part's times so far, summed over its processes' threads; a process that
+    has ended counts for nothing."""
+    totals: dict[str, Times] = {}
     for process in running:
-        cpu, wait = _thread_times(process.pid)
-        so_far = totals.get(process.part, (0.0, 0.0))
-        totals[process.part] = (so_far[0] + cpu, so_far[1] + wait)
+        totals[process.part] = totals.get(process.part, Times()) + _thread_times(process.pid)
     return {part: totals[part] for part in ORDER if part in totals}
 
 
-def _thread_times(pid: int) -> tuple[float, float]:
-    """(running, waiting to run) in seconds, summed over the process's threads."""
-    cpu = wait = 0  # nanoseconds
+def _thread_times(pid: int) -> Times:
+    cpu = wait = code_wait = 0  # nanoseconds
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
+        name = _read(f"/proc/{pid}/comm")
     except OSError:
-        return 0.0, 0.0
+        return Times()
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
-                ran, waited, _ = schedstat.read().split()
+            ran, waited, _ = _read(f"/proc/{pid}/task/{task}/schedstat").split()
+            code = _read(f"/proc/{pid}/task/{task}/comm") == name
         except (OSError, ValueError):  # the thread ended, or the kernel keeps no schedstat
             continue
         cpu, wait = cpu + int(ran), wait + int(waited)
-    return cpu / 1e9, wait / 1e9
+        code_wait += int(waited) if code else 0
+    return Times(cpu / 1e9, wait / 1e9, code_wait / 1e9)
+
+
+def _read(path: str) -> str:
+    with open(path) as file:
+        return file.read().strip()
 
 
 def median_waits(readings: list[dict[str, dict]]) -> dict[str, float] | None:
-    """Per part, the median over updates of its milliseconds waiting for a CPU (None without readings)."""
+    """Per part, the median over updates of its code threads' milliseconds waiting for
+    a CPU (None without readings)."""
     if not readings:
         return None
     parts = [part for part in readings[0] if all(part in reading for reading in readings)]
-    return {part: statistics.median(reading[part]["wait_ms"] for reading in readings) for part in parts}
+    return {part: statistics.median(reading[part]["code_wait_ms"] for reading in readings) for part in parts}
 
 
-def waited_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, dict]:
-    """Per part, the milliseconds of CPU and of waiting for one between two readings."""
+def waited_ms(before: dict[str, Times], after: dict[str, Times]) -> dict[str, dict]:
+    """Per part, the milliseconds of CPU, of waiting for one, and of its code threads'
+    waiting, between two readings."""
     return {
         part: {
-            "cpu_ms": 1e3 * (cpu - before.get(part, (0.0, 0.0))[0]),
-            "wait_ms": 1e3 * (wait - before.get(part, (0.0, 0.0))[1]),
+            "cpu_ms": 1e3 * (times.cpu - before.get(part, Times()).cpu),
+            "wait_ms": 1e3 * (times.wait - before.get(part, Times()).wait),
+            "code_wait_ms": 1e3 * (times.code_wait - before.get(part, Times()).code_wait),
         }
-        for part, (cpu, wait) in after.items()
+        for part, times in after.items()
     }

@@ -230,14 +230,13 @@ def update_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def waiting_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """How long each part's threads waited for a CPU of this machine, per batch size
-    (medians over the updates; none with --lag 1)."""
+    """How long each part's code threads waited for a CPU of this machine, per batch
+    size (medians over the updates; none with --lag 1)."""
     lines = []
     for u in rows:
         waits = u.get("waiting_for_cpu_ms")
         if waits:
             parts = ", ".join(f"{part} {ms:,.0f}" for part, ms in waits.items())
-            lines.append(
-                f"Batch {u['batch_size']}: waiting for a CPU here, ms per update summed over threads: {parts}."
-            )
+            wait = "ms per update waiting for a CPU here (the threads running each part's code)"
+            lines.append(f"Batch {u['batch_size']}: {wait}: {parts}.")
     return ["", *lines] if lines else []
