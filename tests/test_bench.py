@@ -121,7 +121,11 @@ def test_bench_text_output_has_every_table():
                 "overhead_s": 0.05,
                 "driver_cpu_ms": 41.0,
                 "bytes_into_driver": 9 * 2**20,
-                "waiting_for_cpu_ms": {"driver": 3.2, "rollout workers": 1234.5, "ray": 20.0},
+                "waiting_for_cpu": {
+                    "driver": {"processes": 1, "code_wait_ms": 3.2},
+                    "rollout workers": {"processes": 2, "code_wait_ms": 1234.5},
+                    "ray": {"processes": 3, "code_wait_ms": 20.0},
+                },
             }
         ],
         "memory": {
@@ -144,8 +148,8 @@ def test_bench_text_output_has_every_table():
         "| 10 | 2 | 1 | 2.50 s | 2.25 s | 2.30 s | 0.90 | 50 ms | 41 ms | - | 9.0 MB |",  # no queue on one node
         "93 bytes/step",
         "150 MB",
-        "Batch 10: ms per update waiting for a CPU here (the threads running each part's code): driver 3, rollout "
-        "workers 1,234, ray 20.",
+        "Batch 10: waiting for a CPU here, ms per update, summed over the threads that run each part's code: driver 3, "
+        "rollout workers 1,234 (2 processes), ray 20 (3 processes).",
     ):
         assert needle in text, needle
 

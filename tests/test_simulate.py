@@ -58,14 +58,14 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     assert all(row["queue_cpu_ms"] > 0 for row in update["updates"])
     # each part's CPU and wait for one, read from Linux (on it): the simulated cluster's
     # processes are found, the driver's CPU agrees with its own clock
-    if os.path.exists("/proc/self/task"):
+    if os.path.exists("/proc/self/schedstat"):
         (row,) = update["updates"]
         parts = row["processes"]
         assert {"driver", "queue", "reducer", "leaders", "workers", "ray"} <= set(parts)
         assert all(p["cpu_ms"] >= 0 and 0 <= p["code_wait_ms"] <= p["wait_ms"] for p in parts.values())
         assert parts["leaders"]["cpu_ms"] > 0 and parts["workers"]["cpu_ms"] > 0
         assert parts["driver"]["cpu_ms"] >= 0.5 * row["driver_cpu_ms"]  # the right process (read a little stale)
-        assert set(update["waiting_for_cpu_ms"]) == set(parts)
+        assert set(update["waiting_for_cpu"]) == set(parts) and update["waiting_for_cpu"]["leaders"]["processes"] == 2
     # the driver received two chunk sums (16 and 4 episodes, each from the same 3 banked
     # matches), not 20 episodes' gradients
     per_episode = 20 * bank["gradient_mb_mean"] * 2**20

@@ -3,16 +3,16 @@ this machine's contention, beside pgpong's own work.
 
 Linux keeps, for every thread, the time it spent running and the time it spent ready
 to run but waiting for a CPU (/proc/PID/task/TID/schedstat). Read before and after an
-update for this process (the driver) and the Ray processes it started (a local
-instance's, or bench --simulate's cluster's), grouped by their part (Ray titles an
-actor's process ray::CLASS), they say how much CPU each part used and how long its
-threads waited for one: all of them, and those that run the part's code (the
-threads that keep their process's name: its main thread, a threaded actor's; not the
-ones Ray starts for its I/O, which name themselves). The waits are summed over a
-part's processes and threads, several of which may wait at once, so they are not a
-delay of the update: they show where a busy machine stood in the way. On a machine
-with a core for each worker, or a cluster, the waits of the driver, queue, reducer and
-leaders would mostly not be there.
+update, thread by thread, for this process (the driver) and the Ray processes it
+started (a local instance's, or bench --simulate's cluster's), grouped by their part
+(Ray titles an actor's process ray::CLASS), they say how much CPU each part used and
+how long its threads waited for one: all of them, and those that run the part's code
+(the threads Ray titles ray::..., and the driver's Python threads; not the ones Ray
+starts for its I/O, which name themselves). The waits are summed over a part's
+processes and threads, several of which may wait at once, so they are not a delay of
+the update: they show where a busy machine stood in the way. On a machine with a core
+for each worker, or a cluster, the waits of the driver, queue, reducer and leaders
+would mostly not be there.
 """
 
 from __future__ import annotations
@@ -22,8 +22,14 @@ import statistics
 from dataclasses import dataclass
 
 # Ray's process titles (ray::CLASS or ray::CLASS.method while it runs one) by part.
-PARTS = {"WorkQueue": "queue", "Reducer": "reducer", "NodeLeader": "leaders", "SimulatedWorkers": "workers"}
-RAY_PROCESSES = ("raylet", "gcs_server")  # Ray's own daemons, by their command lines
+PARTS = {
+    "WorkQueue": "queue",
+    "Reducer": "reducer",
+    "NodeLeader": "leaders",
+    "SimulatedWorkers": "workers",
+    "RolloutWorker": "rollout workers",
+    "BenchWorker": "rollout workers",  # (bench's own rollout worker)
+}
 ORDER = ("driver", "queue", "reducer", "leaders", "workers", "rollout workers", "ray")  # as reported
 
 
@@ -76,54 +82,42 @@ def _command(pid: int) -> str:
 
 
 def _part(command: str) -> str | None:
+    """A process's part, by its command line: an actor's by its title, Ray's other
+    processes (its daemons, its idle workers) "ray"; None for one not Ray's."""
     if command.startswith("ray::"):
         title = command[len("ray::") :].split(" ")[0].split(".")[0]
-        return PARTS.get(title, "rollout workers" if title.startswith("RolloutWorker") else "ray")
+        return PARTS.get(title, "ray")
     words = command.split(" ")
-    if words and any(os.path.basename(words[0]) == name for name in RAY_PROCESSES):
+    if "/ray/" in command or os.path.basename(words[0]) in ("raylet", "gcs_server"):
         return "ray"
     return None
 
 
-@dataclass(frozen=True)
-class Times:
-    """A part's seconds so far: running, waiting for a CPU, and the latter for the
-    threads that run its Python code (those that keep their process's name: the
-    main thread, a threaded actor's, Python's; not Ray's own, which name themselves)."""
-
-    cpu: float = 0.0
-    wait: float = 0.0
-    code_wait: float = 0.0
-
-    def __add__(self, other: Times) -> Times:
-        return Times(self.cpu + other.cpu, self.wait + other.wait, self.code_wait + other.code_wait)
+# (pid, tid) -> (part, ns running, ns waiting for a CPU, whether the thread runs the part's code)
+Reading = dict[tuple[int, int], tuple[str, int, int, bool]]
 
 
-def waits(running: list[Process]) -> dict[str, Times]:
-    """Each part's times so far, summed over its processes' threads; a process that
-    has ended counts for nothing."""
-    totals: dict[str, Times] = {}
+def read(running: list[Process]) -> Reading:
+    """Every thread's times so far, of the processes `running` (those that ended meanwhile have none)."""
+    reading: Reading = {}
     for process in running:
-        totals[process.part] = totals.get(process.part, Times()) + _thread_times(process.pid)
-    return {part: totals[part] for part in ORDER if part in totals}
-
-
-def _thread_times(pid: int) -> Times:
-    cpu = wait = code_wait = 0  # nanoseconds
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        name = _read(f"/proc/{pid}/comm")
-    except OSError:
-        return Times()
-    for task in tasks:
         try:
-            ran, waited, _ = _read(f"/proc/{pid}/task/{task}/schedstat").split()
-            code = _read(f"/proc/{pid}/task/{task}/comm") == name
-        except (OSError, ValueError):  # the thread ended, or the kernel keeps no schedstat
+            tasks = os.listdir(f"/proc/{process.pid}/task")
+            name = _read(f"/proc/{process.pid}/comm")
+        except OSError:
             continue
-        cpu, wait = cpu + int(ran), wait + int(waited)
-        code_wait += int(waited) if code else 0
-    return Times(cpu / 1e9, wait / 1e9, code_wait / 1e9)
+        for task in tasks:
+            try:
+                ran, waited, _ = _read(f"/proc/{process.pid}/task/{task}/schedstat").split()
+                thread = _read(f"/proc/{process.pid}/task/{task}/comm")
+            except (OSError, ValueError):  # the thread ended, or the kernel keeps no schedstat
+                continue
+            # Ray titles the threads that run an actor's code ray::... (one that has
+            # not run any yet, ray::IDLE), and its own threads name themselves
+            # (worker.io, ...); the driver's Python threads keep its name.
+            code = thread.startswith("ray::") or thread == name
+            reading[(process.pid, int(task))] = (process.part, int(ran), int(waited), code)
+    return reading
 
 
 def _read(path: str) -> str:
@@ -131,23 +125,32 @@ def _read(path: str) -> str:
         return file.read().strip()
 
 
-def median_waits(readings: list[dict[str, dict]]) -> dict[str, float] | None:
-    """Per part, the median over updates of its code threads' milliseconds waiting for
-    a CPU (None without readings)."""
+def waited_ms(before: Reading, after: Reading) -> dict[str, dict]:
+    """Per part, between two readings: its processes, and the milliseconds of CPU, of
+    waiting for one, and of its code threads' waiting. A thread counts from its first
+    reading (a new one from its start; one that ended in between is left out), as
+    the part its process was given then."""
+    parts: dict[str, dict] = {}
+    for key, (part, ran, waited, code) in after.items():
+        part, ran0, waited0, code = before.get(key, (part, 0, 0, code))
+        figures = parts.setdefault(part, {"processes": set(), "cpu_ms": 0.0, "wait_ms": 0.0, "code_wait_ms": 0.0})
+        figures["processes"].add(key[0])
+        figures["cpu_ms"] += (ran - ran0) / 1e6
+        figures["wait_ms"] += (waited - waited0) / 1e6
+        figures["code_wait_ms"] += (waited - waited0) / 1e6 if code else 0.0
+    return {part: {**parts[part], "processes": len(parts[part]["processes"])} for part in ORDER if part in parts}
+
+
+def median_waits(readings: list[dict[str, dict]]) -> dict[str, dict] | None:
+    """Per part, its processes and the median over updates of its code threads'
+    milliseconds waiting for a CPU (None without readings)."""
     if not readings:
         return None
     parts = [part for part in readings[0] if all(part in reading for reading in readings)]
-    return {part: statistics.median(reading[part]["code_wait_ms"] for reading in readings) for part in parts}
-
-
-def waited_ms(before: dict[str, Times], after: dict[str, Times]) -> dict[str, dict]:
-    """Per part, the milliseconds of CPU, of waiting for one, and of its code threads'
-    waiting, between two readings."""
     return {
         part: {
-            "cpu_ms": 1e3 * (times.cpu - before.get(part, Times()).cpu),
-            "wait_ms": 1e3 * (times.wait - before.get(part, Times()).wait),
-            "code_wait_ms": 1e3 * (times.code_wait - before.get(part, Times()).code_wait),
+            "processes": readings[-1][part]["processes"],
+            "code_wait_ms": statistics.median(reading[part]["code_wait_ms"] for reading in readings),
         }
-        for part, times in after.items()
+        for part in parts
     }

@@ -61,25 +61,27 @@ def warm_up_batches(lag: int) -> int:
 def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None]) -> dict[str, Any]:
     """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
     of any schedule, efficiency, the driver's CPU and the bytes it received, each
-    the median over the updates (with --lag 1, seconds per update are their mean)."""
+    the median over the updates (with --lag 1, seconds per update are their mean);
+    without a lag, also each part's CPU and its wait for one on this machine
+    (bench/contention.py)."""
     for _ in range(warm_up_batches(trainer.config.lag)):
         wall_s = trainer.train_batch().row.wall_s
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
-        # (Not with --lag 1, where the next batch plays meanwhile: reading every thread's
-        # times takes the driver a few ms.)
+        # Every thread's times, to see what waited for a CPU; not with --lag 1, where the
+        # next batch plays meanwhile: the reading takes the driver about 15 us a thread.
         running = contention.processes() if not trainer.config.lag else []
-        waits = contention.waits(running)
+        threads_before = contention.read(running)
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
-        waits_after = contention.waits(running)
+        cpu, busy_after, after = time.process_time() - cpu, machine_busy_seconds(), thread_cpu_seconds()
+        threads_after = contention.read(running)  # (after the driver's own clocks: not counted in them)
         # With --lag 1 the next batch plays between two updates, while bench makes its
         # calls: an update is the time from one row to the next (6-8 ms more at 1x64).
         cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-        row = _update_row(report, time.process_time() - cpu, pool.num_workers, cycle_s if trainer.config.lag else None)
-        after = thread_cpu_seconds()
+        row = _update_row(report, cpu, pool.num_workers, cycle_s if trainer.config.lag else None)
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
                 row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
@@ -87,10 +89,10 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         for name, count in after_calls.items():  # the nodes' requests and reports to the queue during the update
             row[f"queue_{name.replace(' ', '_')}_calls"] = count - calls.get(name, 0)
         if running:
-            row["processes"] = contention.waited_ms(waits, waits_after)
+            row["processes"] = contention.waited_ms(threads_before, threads_after)
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
-            row["machine_busy"] = (machine_busy_seconds() or 0.0) - busy
+            row["machine_busy"] = (busy_after or 0.0) - busy
             row["machine_busy"] /= (os.cpu_count() or 1) * report.row.batch_s
         rows.append(row)
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
@@ -126,7 +128,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "bytes_into_driver": median("bytes_into_driver"),
         "barrier_s": median("barrier_s"),
         "machine_busy": median("machine_busy") if all("machine_busy" in r for r in rows) else None,
-        "waiting_for_cpu_ms": contention.median_waits([r["processes"] for r in rows if "processes" in r]),
+        "waiting_for_cpu": contention.median_waits([r["processes"] for r in rows if "processes" in r]),
         "episode_len_mean": median("episode_len_mean"),
         "updates": rows,
     }
@@ -234,9 +236,12 @@ def waiting_lines(rows: list[dict[str, Any]]) -> list[str]:
     size (medians over the updates; none with --lag 1)."""
     lines = []
     for u in rows:
-        waits = u.get("waiting_for_cpu_ms")
+        waits = u.get("waiting_for_cpu")
         if waits:
-            parts = ", ".join(f"{part} {ms:,.0f}" for part, ms in waits.items())
-            wait = "ms per update waiting for a CPU here (the threads running each part's code)"
+            parts = ", ".join(
+                f"{part} {w['code_wait_ms']:,.0f}" + (f" ({w['processes']} processes)" if w["processes"] > 1 else "")
+                for part, w in waits.items()
+            )
+            wait = "waiting for a CPU here, ms per update, summed over the threads that run each part's code"
             lines.append(f"Batch {u['batch_size']}: {wait}: {parts}.")
     return ["", *lines] if lines else []
