@@ -66,13 +66,14 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     (bench/contention.py)."""
     for _ in range(warm_up_batches(trainer.config.lag)):
         wall_s = trainer.train_batch().row.wall_s
+    # Every thread's times, to see what waited for a CPU (the processes found once,
+    # after the warm-up); not with --lag 1, where the next batch plays meanwhile: the
+    # reading takes the driver about 15 us a thread.
+    running = contention.processes() if not trainer.config.lag else []
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
-        # Every thread's times, to see what waited for a CPU; not with --lag 1, where the
-        # next batch plays meanwhile: the reading takes the driver about 15 us a thread.
-        running = contention.processes() if not trainer.config.lag else []
         threads_before = contention.read(running)
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
