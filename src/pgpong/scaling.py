@@ -110,7 +110,7 @@ class Constants:
     """Measured on this project's machine (2 cores, AMD EPYC); docs/SCALING.md."""
 
     lengths: tuple[int, ...]  # match lengths to draw from
-    steps_per_s_per_core: float  # training, every core busy: the banks' pace (2,531-2,735 in six runs)
+    steps_per_s_per_core: float  # training, every core busy: the banks' pace on 2026-11-23/24 (2,531-2,735 in six runs)
     overhead_s: float  # an update beyond its matches on one node (--simulate 1x64 --batch-size 60 --pace 2600) ...
     overhead_s_per_node: float  # ... plus this per node (the reducer adds the nodes' sums as they come)
     driver_fixed_ms: float  # driver CPU per update whatever the batch, nodes and seconds ...

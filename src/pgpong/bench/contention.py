@@ -97,10 +97,14 @@ def _part(command: str) -> str | None:
 Reading = dict[tuple[int, int], tuple[str, int, int, bool]]
 
 
-def read(running: list[Process]) -> Reading:
-    """Every thread's times so far, of the processes `running` (those that ended meanwhile have none)."""
+def read(running: list[Process], own_last: bool = False) -> Reading:
+    """Every thread's times so far, of the processes `running` (those that ended
+    meanwhile have none); with `own_last`, this process's threads after the others'.
+    (About 15 us a thread: read the driver last before an update and first after it,
+    and the reading is not counted in the driver's CPU.)"""
     reading: Reading = {}
-    for process in running:
+    mine = [process for process in running if process.pid == os.getpid()]
+    for process in [process for process in running if process not in mine] + mine if own_last else running:
         try:
             tasks = os.listdir(f"/proc/{process.pid}/task")
             name = _read(f"/proc/{process.pid}/comm")

@@ -62,7 +62,7 @@ class SimulatedWorkers:
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
-        kept_for_life()  # as a rollout worker does
+        kept_for_life()  # as a leader does (a rollout worker does not: its Pong would never be freed)
 
     def play(self, weights: Params | PublishedWeights, episode: EpisodeId | list[int], slot: int = 0) -> Played:
         episode = EpisodeId(*episode)

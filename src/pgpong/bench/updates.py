@@ -74,7 +74,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     for k in range(count):
         status(f"update {k + 1}/{count}")
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
-        threads_before = contention.read(running)
+        threads_before = contention.read(running, own_last=True)  # (the driver's threads last, and first after)
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
         report = trainer.train_batch()
         cpu, busy_after, after = time.process_time() - cpu, machine_busy_seconds(), thread_cpu_seconds()
