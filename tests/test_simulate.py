@@ -130,7 +130,7 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--simulate", "0x4"], "--simulate 0x4: at most"),
+        (["--simulate", "0x4"], "--simulate 0x4: 1-64 nodes"),
         (["--simulate", "many"], "--simulate takes NODESxCPUS"),
         (["--simulate", "2x4", "--address", "127.0.0.1:1"], "drop --address"),
         (["--simulate", "2x4", "--bank-matches", "0"], "--bank-matches must be at least 1"),

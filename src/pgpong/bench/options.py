@@ -24,7 +24,7 @@ class Shape:
             raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
         shape = cls(int(nodes), int(cpus))
         if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):
-            raise ValueError(f"--simulate {text}: at most 64 nodes of at most 512 CPUs each")
+            raise ValueError(f"--simulate {text}: 1-64 nodes of 1-512 CPUs each")
         return shape
 
     @property
