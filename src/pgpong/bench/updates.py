@@ -76,13 +76,19 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
         threads_before = contention.read(running, own_last=True)  # (the driver's threads last, and first after)
         cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
+        called = time.perf_counter()
         report = trainer.train_batch()
+        call_s = time.perf_counter() - called  # the batch, the step, the row and the logs
         cpu, busy_after, after = time.process_time() - cpu, machine_busy_seconds(), thread_cpu_seconds()
         threads_after = contention.read(running)  # (after the driver's own clocks: not counted in them)
-        # With --lag 1 the next batch plays between two updates, while bench makes its
-        # calls: an update is the time from one row to the next (6-8 ms more at 1x64).
+        # An update is one call of the trainer, its row and logs included (they come
+        # before the next batch starts: 3-5 ms at 1x64, which the batch's own seconds
+        # leave out). With --lag 1 the next batch plays between two calls, while bench
+        # makes its own: an update is then the time from one row to the next (6-8 ms
+        # more at 1x64).
         cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-        row = _update_row(report, cpu, pool.num_workers, cycle_s if trainer.config.lag else None)
+        lagged = bool(trainer.config.lag)
+        row = _update_row(report, cpu, pool.num_workers, cycle_s if lagged else call_s, lagged)
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
                 row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
@@ -94,7 +100,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
         if busy is not None:  # how much of the machine's CPUs everything on it used during the update
             row["machine_busy"] = (busy_after or 0.0) - busy
-            row["machine_busy"] /= (os.cpu_count() or 1) * report.row.batch_s
+            row["machine_busy"] /= (os.cpu_count() or 1) * call_s
         rows.append(row)
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     if trainer.config.lag:  # overlapping updates make up for each other (a long, then a short): their mean is the pace
@@ -186,10 +192,13 @@ def thread_cpu_seconds() -> dict[str, float]:
     return seconds
 
 
-def _update_row(report: BatchReport, cpu_s: float, workers: int, cycle_s: float | None = None) -> dict[str, Any]:
-    """One update's figures. Its seconds: the batch's own, or `cycle_s` (from the row
-    before to this one) where the next batch starts before its update does (--lag 1)."""
-    durations, seconds = report.durations, report.row.batch_s if cycle_s is None else cycle_s
+def _update_row(
+    report: BatchReport, cpu_s: float, workers: int, seconds: float, lagged: bool = False
+) -> dict[str, Any]:
+    """One update's figures, in `seconds`: the trainer's call, or with --lag 1
+    (`lagged`) the time from the row before to this one, as the next batch starts
+    before its update does."""
+    durations = report.durations
     lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
     work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
     schedule = first_free(durations, workers, RAY_PAUSE_S)
@@ -203,7 +212,7 @@ def _update_row(report: BatchReport, cpu_s: float, workers: int, cycle_s: float 
         "of_work_per_worker": seconds / work,
         "schedule_s": schedule,  # pgpong's own rule with these matches: first free worker, Ray's pause between
         # the rest: publishing, sums, the step, and this machine's contention (none to speak of once batches overlap)
-        "overhead_s": seconds - schedule if cycle_s is None else None,
+        "overhead_s": None if lagged else seconds - schedule,
         "driver_cpu_ms": 1e3 * cpu_s,
         "bytes_into_driver": report.bytes_in,
         "barrier_s": report.row.barrier_s,
