@@ -103,8 +103,9 @@ def read(running: list[Process], own_last: bool = False) -> Reading:
     (About 15 us a thread: read the driver last before an update and first after it,
     and the reading is not counted in the driver's CPU.)"""
     reading: Reading = {}
-    mine = [process for process in running if process.pid == os.getpid()]
-    for process in [process for process in running if process not in mine] + mine if own_last else running:
+    if own_last:
+        running = sorted(running, key=lambda process: process.pid == os.getpid())  # (a stable sort)
+    for process in running:
         try:
             tasks = os.listdir(f"/proc/{process.pid}/task")
             name = _read(f"/proc/{process.pid}/comm")

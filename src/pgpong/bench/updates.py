@@ -64,12 +64,13 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     the median over the updates (with --lag 1, seconds per update are their mean);
     without a lag, also each part's CPU and its wait for one on this machine
     (bench/contention.py)."""
-    for _ in range(warm_up_batches(trainer.config.lag)):
+    lagged = bool(trainer.config.lag)
+    for _ in range(warm_up_batches(lagged)):
         wall_s = trainer.train_batch().row.wall_s
     # Every thread's times, to see what waited for a CPU (the processes found once,
     # after the warm-up); not with --lag 1, where the next batch plays meanwhile: the
     # reading takes the driver about 15 us a thread.
-    running = contention.processes() if not trainer.config.lag else []
+    running = contention.processes() if not lagged else []
     rows = []
     for k in range(count):
         status(f"update {k + 1}/{count}")
@@ -87,7 +88,6 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         # makes its own: an update is then the time from one row to the next (6-8 ms
         # more at 1x64).
         cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-        lagged = bool(trainer.config.lag)
         row = _update_row(report, cpu, pool.num_workers, cycle_s if lagged else call_s, lagged)
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
@@ -103,7 +103,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             row["machine_busy"] /= (os.cpu_count() or 1) * call_s
         rows.append(row)
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-    if trainer.config.lag:  # overlapping updates make up for each other (a long, then a short): their mean is the pace
+    if lagged:  # overlapping updates make up for each other (a long, then a short): their mean is the pace
         seconds = statistics.fmean(r["seconds"] for r in rows)
         times = {
             "seconds": seconds,
