@@ -1,5 +1,5 @@
 """Pools: BLAS threads pinned in workers, results in episode order (and, on pgpong's own
-Ray instance, in the task's reply)."""
+Ray instance, in the task's reply; stopping it leaves no worker behind)."""
 
 import json
 import os
@@ -37,7 +37,26 @@ LOCAL_RAY_PROBE = textwrap.dedent(
     gradient_sized = ray.remote(num_cpus=0)(lambda: np.ones(2**20, dtype=np.float32)).remote()
     ray.get(gradient_sized)
     where = ray.experimental.get_object_locations([gradient_sized])[gradient_sized]
-    print(json.dumps({"driver": driver, "workers": pool.blas_threads(), "result_on_nodes": where["node_ids"]}))
+    report = {"driver": driver, "workers": pool.blas_threads(), "result_on_nodes": where["node_ids"]}
+    # A process of this instance that outlives its raylet: a worker's child, its worker
+    # stopped (stuck) as the raylet dies, so that the worker cannot end it on its way out.
+    # ray.shutdown() alone leaves it for good, its parent init; stop_ray() ends it.
+    import os, signal, subprocess, sys, psutil
+    from pgpong.cluster import stop_ray
+    @ray.remote(num_cpus=0)
+    def start_a_straggler():
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True).pid
+    straggler = psutil.Process(ray.get(start_a_straggler.remote()))
+    raylet = next(p for p in psutil.Process().children() if p.name() == "raylet")
+    os.kill(straggler.ppid(), signal.SIGSTOP)
+    raylet.kill()
+    raylet.wait(10)
+    report["straggler_lived_past_its_raylet"] = straggler.is_running()
+    stop_ray(grace=1)
+    report["straggler_left"] = straggler.is_running() and straggler.status() != psutil.STATUS_ZOMBIE
+    if report["straggler_left"]:
+        straggler.kill()
+    print(json.dumps(report))
     """
 )
 
@@ -68,6 +87,11 @@ def test_results_come_back_in_the_reply_not_through_the_object_store(local_ray_r
     # Ray's default keeps anything over 100 KB in the object store (on a node); pgpong's
     # own instance returns results up to 8 MB inline, as a gradient's maximum needs.
     assert local_ray_report["result_on_nodes"] == []
+
+
+def test_stopping_pgpongs_own_ray_ends_what_outlived_its_raylet(local_ray_report):
+    assert local_ray_report["straggler_lived_past_its_raylet"]
+    assert not local_ray_report["straggler_left"]
 
 
 def test_local_pool_pins_one_thread_and_restores():

@@ -8,6 +8,7 @@ one line, instead of ray.init's minutes of retries and C++ log lines.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from pgpong.errors import PgpongError
 
 CONNECT_SECONDS = 5.0
+LEFTOVER_SECONDS = 5.0  # how long a local Ray's processes may outlive its shutdown before they are killed
 # Settings of the Ray instance pgpong starts itself (a cluster it joins keeps its own).
 # An episode's result (its gradient: at most 5 MB, 0.6-0.9 MB when losing) comes back
 # in the task's reply instead of through the object store, which halves the raylet's
@@ -196,6 +198,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
             log_to_driver=log_to_driver,
             _system_config=LOCAL_SYSTEM_CONFIG if address is None else None,
         )
+        if address is None:
+            _note_local_raylets()
     except ConnectionError as exc:
         raise ClusterError(f"cannot connect to the Ray cluster at {address}: {_first_line(exc)}") from None
     except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
@@ -216,10 +220,56 @@ def ray_running() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def stop_ray() -> None:
+def stop_ray(grace: float = LEFTOVER_SECONDS) -> None:
+    """Disconnect from Ray. A local instance this process started is stopped, and
+    whatever of it outlives Ray's own shutdown by `grace` seconds is killed: a worker
+    normally ends with its raylet, but one that misses the raylet's end (once seen
+    after a notebook's kernel stopped Ray; a raylet killed or crashed leaves its
+    workers so) would otherwise live on, holding its memory, its parent init."""
     ray = sys.modules.get("ray")  # never imported: nothing to stop (and no need to load it)
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
+    if ray is None or not ray.is_initialized():
+        return
+    import psutil
+
+    raylets, _local_raylets[:] = list(_local_raylets), []
+    before = _processes_of(raylets)
+    ray.shutdown()
+    leftovers = {process.pid: process for process in before + _processes_of(raylets)}.values()
+    _, alive = psutil.wait_procs(list(leftovers), timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
+
+
+_local_raylets: list[int] = []  # the raylets of the local Ray instance this process started (their PIDs)
+
+
+def _note_local_raylets() -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        _local_raylets[:] = [child.pid for child in psutil.Process().children() if child.name() == "raylet"]
+
+
+def _processes_of(raylets: list[int]) -> list:
+    """The processes of these raylets, wherever they are now: the raylets, what runs
+    under them, and every worker they started (a worker knows its raylet's PID from its
+    environment, RAY_RAYLET_PID, even after the raylet is gone)."""
+    import psutil
+
+    if not raylets:
+        return []
+    wanted, found = {str(pid) for pid in raylets}, []
+    for pid in raylets:
+        with contextlib.suppress(psutil.Error):
+            raylet = psutil.Process(pid)
+            found += [raylet, *raylet.children(recursive=True)]
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.pid != os.getpid() and process.environ().get("RAY_RAYLET_PID") in wanted:
+                found.append(process)
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
