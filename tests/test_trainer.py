@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -245,6 +246,38 @@ def test_a_signal_during_the_checkpoint_write_leaves_every_row_with_its_checkpoi
     rows = [r["batch"] for r in read_progress(run.progress_path)]
     assert rows in (["1"], ["1", "2"])  # ...or the next row, written with signals held...
     assert load_checkpoint(list_checkpoints(run.checkpoint_dir)[-1]).batch == int(rows[-1])  # ...and its checkpoint
+
+
+def test_progress_rows_are_on_disk_before_the_checkpoint_of_their_batch(tmp_path, monkeypatch):
+    # Rows are written as batches end, not synced each (an fsync a batch was 4 ms on the
+    # workers' path); each checkpoint's write first syncs progress.csv with its row in it.
+    import pgpong.trainer as trainer_module
+
+    events: list[tuple[str, int]] = []
+    real_fsync, real_save = os.fsync, trainer_module.save_checkpoint
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith("progress.csv"):
+            events.append(("rows synced", len(read_progress(Path(path)))))
+        return real_fsync(fd)
+
+    def save(state, directory, keep):
+        events.append(("checkpoint", state.batch))
+        return real_save(state, directory, keep=keep)
+
+    monkeypatch.setattr(trainer_module.os, "fsync", fsync)
+    monkeypatch.setattr(trainer_module, "save_checkpoint", save)
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 3, "checkpoint_every": 0})
+    train_on(run, ScriptedPool([-21.0] * 6))
+    assert events == [
+        ("rows synced", 1),
+        ("checkpoint", 1),
+        ("rows synced", 2),
+        ("checkpoint", 2),
+        ("rows synced", 3),
+        ("checkpoint", 3),
+    ]
 
 
 def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played(tmp_path, monkeypatch):

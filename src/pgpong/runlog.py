@@ -136,7 +136,8 @@ class _Quiet:
 
 
 class ProgressCsv(_Quiet):
-    """progress.csv: one row per batch, flushed and fsynced (it goes with the checkpoint)."""
+    """progress.csv: one row per batch, written as it ends (made durable before each
+    checkpoint, whose rows they are: trainer.CheckpointWriter)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -161,8 +162,6 @@ class ProgressCsv(_Quiet):
             if new:
                 writer.writeheader()
             writer.writerow({k: _fmt(v) for k, v in asdict(row).items()})
-            f.flush()
-            os.fsync(f.fileno())
 
 
 class ConsoleLines(_Quiet):
@@ -388,9 +387,9 @@ class RunLog:
                 output.end_batch(row, phases or {})
 
     def record(self, row: BatchRow, phases: dict[str, float] | None = None) -> None:
-        """progress.csv, fsynced. Checkpoints come on a cadence, written in the
-        background, so rows may run ahead of the newest one: a resumed run drops those
-        rows and plays their batches again, to the same weights."""
+        """progress.csv. Checkpoints come on a cadence, written in the background, so
+        rows may run ahead of the newest one: a resumed run drops those rows and plays
+        their batches again, to the same weights."""
         self.csv.end_batch(row, phases or {})
 
     def say(self, message: str) -> None:

@@ -4,8 +4,10 @@ opened by rundir.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import queue
 import signal
 import threading
@@ -13,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -136,9 +139,10 @@ class Trainer:
                 barrier_s=measured.barrier_s or 0.0,
                 diagnostics=self._diagnostic_columns(diagnostics),
             )
+            saving = None
             if time.monotonic() - self._checkpointed[1] >= cfg.checkpoint_every:
                 with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
-                    self.checkpoint()
+                    saving = snapshot(state)
             phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
             try:  # (TensorBoard's event file too is in the run directory)
                 self.log.show(row, phases)
@@ -148,6 +152,8 @@ class Trainer:
                 self.log.record(row, phases)
             except OSError as exc:
                 raise RunWriteError.of(self.run.directory, exc) from None
+            if saving is not None:  # after the row, which the write makes durable first
+                self.checkpoint(saving)
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
 
     def _play(self, weights: Params, episodes: list[EpisodeId], finished: Finished) -> BatchResult:
@@ -187,11 +193,12 @@ class Trainer:
             columns["quick_loss_share"] = played.quick_losses / played.losses
         return columns
 
-    def checkpoint(self) -> None:
-        """Write the state as it is now (a snapshot) in the background, unless its
-        batch has a checkpoint already; raise if an earlier write failed."""
+    def checkpoint(self, saving: TrainingState | None = None) -> None:
+        """Write the state as it is now (`saving`, its snapshot, or one made here) in
+        the background, unless its batch has a checkpoint already; raise if an earlier
+        write failed."""
         if self._checkpointed[0] != self.state.batch:
-            self.checkpoints.write(snapshot(self.state))
+            self.checkpoints.write(saving or snapshot(self.state))
         self._checkpointed = (self.state.batch, time.monotonic())
 
     def close(self) -> None:
@@ -242,6 +249,13 @@ def signals_held() -> Iterator[None]:
 HELD = (signal.SIGINT, signal.SIGTERM)
 
 
+def _make_durable(path: Path) -> None:
+    """fsync a file written before (progress.csv, whose rows are written, not synced, as
+    batches end: only those up to a checkpoint's batch survive a resume)."""
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
 class CheckpointWriter:
     """Writes checkpoints in a thread of its own while the next batches play, so the
     write (checksum, savez, fsync: about 30 ms for 10 MB) is off the workers' path.
@@ -271,6 +285,7 @@ class CheckpointWriter:
     def _serve(self) -> None:
         while (state := self._jobs.get()) is not None:
             try:
+                _make_durable(self.run.progress_path)  # the rows up to the checkpoint's, on disk before it
                 save_checkpoint(state, self.run.checkpoint_dir, keep=self.keep)
             except BaseException as exc:  # handed to the training thread by wait()
                 self._error = exc
