@@ -58,6 +58,7 @@ class Trainer:
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
         self._broken = False  # a step made the weights non-finite: they are not saved
+        self._closed = False
         self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
 
     def train(
@@ -204,7 +205,10 @@ class Trainer:
     def close(self) -> None:
         """Checkpoint the last finished batch if it has none, and wait until it is on disk
         (a batch submitted ahead, or being played, is dropped from the pool: it is
-        played again on resume)."""
+        played again on resume). Once: a later call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if not self._broken:
                 with signals_held():
