@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,33 +224,52 @@ def ray_running() -> bool:
 def stop_ray(grace: float = LEFTOVER_SECONDS) -> None:
     """Disconnect from Ray. A local instance this process started is stopped, and
     whatever of it outlives Ray's own shutdown by `grace` seconds is killed: a worker
-    normally ends with its raylet, but one that misses the raylet's end (once seen
-    after a notebook's kernel stopped Ray; a raylet killed or crashed leaves its
-    workers so) would otherwise live on, holding its memory, its parent init."""
+    normally ends with its raylet, but one that hangs on its way out (seen after the
+    notebook's run and after bench's) or misses the raylet's end (a raylet killed or
+    crashed) would otherwise live on, holding its memory, its parent init."""
     ray = sys.modules.get("ray")  # never imported: nothing to stop (and no need to load it)
     if ray is None or not ray.is_initialized():
         return
+    raylets, _local_raylets[:] = list(_local_raylets), []
+    with ending_leftovers(raylets, grace):
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def ending_leftovers(raylets: list[int], grace: float = LEFTOVER_SECONDS) -> Iterator[None]:
+    """Around the end of a Ray instance this process started (its raylets' PIDs): once
+    it is over, its processes still alive `grace` seconds later are killed. (A Ray 2.60
+    worker told to exit can hang in Ray's own exit handler, a lock it holds itself;
+    its raylet then no longer counts it, and it lives on under init.)"""
     import psutil
 
-    raylets, _local_raylets[:] = list(_local_raylets), []
     before = _processes_of(raylets)
-    ray.shutdown()
-    leftovers = {process.pid: process for process in before + _processes_of(raylets)}.values()
-    _, alive = psutil.wait_procs(list(leftovers), timeout=grace)
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    try:
+        yield
+    finally:
+        leftovers = {process.pid: process for process in before + _processes_of(raylets)}.values()
+        _, alive = psutil.wait_procs(list(leftovers), timeout=grace)
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(alive, timeout=grace)
 
 
 _local_raylets: list[int] = []  # the raylets of the local Ray instance this process started (their PIDs)
 
 
-def _note_local_raylets() -> None:
+def own_raylets() -> list[int]:
+    """The PIDs of the raylets this process started (a local Ray instance, or a cluster
+    of several on this machine)."""
     import psutil
 
     with contextlib.suppress(psutil.Error):
-        _local_raylets[:] = [child.pid for child in psutil.Process().children() if child.name() == "raylet"]
+        return [child.pid for child in psutil.Process().children() if child.name() == "raylet"]
+    return []
+
+
+def _note_local_raylets() -> None:
+    _local_raylets[:] = own_raylets()
 
 
 def _processes_of(raylets: list[int]) -> list:

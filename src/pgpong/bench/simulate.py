@@ -39,7 +39,7 @@ from pgpong.bench.updates import (
     waiting_lines,
     warm_up_batches,
 )
-from pgpong.cluster import LOCAL_SYSTEM_CONFIG, set_auth_mode
+from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, own_raylets, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -202,8 +202,9 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         finally:
             pool.close()
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        with ending_leftovers(own_raylets()):
+            ray.shutdown()
+            cluster.shutdown()
     return {
         "simulated": {
             "shape": str(shape),
