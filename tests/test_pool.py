@@ -48,14 +48,16 @@ LOCAL_RAY_PROBE = textwrap.dedent(
         return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True).pid
     straggler = psutil.Process(ray.get(start_a_straggler.remote()))
     raylet = next(p for p in psutil.Process().children() if p.name() == "raylet")
-    os.kill(straggler.ppid(), signal.SIGSTOP)
+    worker = psutil.Process(straggler.ppid())
+    worker.suspend()
     raylet.kill()
     raylet.wait(10)
     report["straggler_lived_past_its_raylet"] = straggler.is_running()
     stop_ray(grace=1)
     report["straggler_left"] = straggler.is_running() and straggler.status() != psutil.STATUS_ZOMBIE
-    if report["straggler_left"]:
-        straggler.kill()
+    for process in (straggler, worker):  # (should stop_ray fail to)
+        if process.is_running():
+            process.kill()
     print(json.dumps(report))
     """
 )

@@ -103,7 +103,7 @@ def save_checkpoint(state: TrainingState, directory: Path, keep: int = 3) -> Pat
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -301,7 +301,15 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Make a file written earlier durable (if it exists)."""
+    if path.exists():
+        with open(path, "ab") as f:  # (Windows refuses an fsync on a file opened to read)
+            os.fsync(f.fileno())
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries durable (where the system allows: not on Windows)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -189,18 +190,18 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
     if ray.is_initialized():
         return
     try:
-        ray.init(
-            # "local": a Ray instance of our own, even when another one runs on this
-            # machine (with None, ray.init would join whichever it finds).
-            address=address or "local",
-            num_cpus=num_cpus if address is None else None,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=log_to_driver,
-            _system_config=LOCAL_SYSTEM_CONFIG if address is None else None,
-        )
-        if address is None:
-            _note_local_raylets()
+        with new_raylets() as started:
+            ray.init(
+                # "local": a Ray instance of our own, even when another one runs on this
+                # machine (with None, ray.init would join whichever it finds).
+                address=address or "local",
+                num_cpus=num_cpus if address is None else None,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=log_to_driver,
+                _system_config=LOCAL_SYSTEM_CONFIG if address is None else None,
+            )
+        _local_raylets[:] = started  # none when it joined a cluster
     except ConnectionError as exc:
         raise ClusterError(f"cannot connect to the Ray cluster at {address}: {_first_line(exc)}") from None
     except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
@@ -236,11 +237,12 @@ def stop_ray(grace: float = LEFTOVER_SECONDS) -> None:
 
 
 @contextlib.contextmanager
-def ending_leftovers(raylets: list[int], grace: float = LEFTOVER_SECONDS) -> Iterator[None]:
-    """Around the end of a Ray instance this process started (its raylets' PIDs): once
-    it is over, its processes still alive `grace` seconds later are killed. (A Ray 2.60
-    worker told to exit can hang in Ray's own exit handler, a lock it holds itself;
-    its raylet then no longer counts it, and it lives on under init.)"""
+def ending_leftovers(raylets: list, grace: float = LEFTOVER_SECONDS) -> Iterator[None]:
+    """Around the end of a Ray instance this process started (its raylets, as
+    psutil processes): once it is over, its processes still alive `grace` seconds later
+    are killed. (A Ray 2.60 worker told to exit can hang in Ray's own exit handler, on
+    a lock its thread holds; its raylet then no longer counts it, and it lives on
+    under init.)"""
     import psutil
 
     before = _processes_of(raylets)
@@ -255,39 +257,57 @@ def ending_leftovers(raylets: list[int], grace: float = LEFTOVER_SECONDS) -> Ite
         psutil.wait_procs(alive, timeout=grace)
 
 
-_local_raylets: list[int] = []  # the raylets of the local Ray instance this process started (their PIDs)
+_local_raylets: list = []  # the raylets of the local Ray instance this process started (psutil processes)
 
 
-def own_raylets() -> list[int]:
-    """The PIDs of the raylets this process started (a local Ray instance, or a cluster
-    of several on this machine)."""
+@contextlib.contextmanager
+def new_raylets() -> Iterator[list]:
+    """The raylets this process starts within the block (a local Ray instance, or a
+    cluster of several on this machine): a list filled as the block ends, of psutil
+    processes (each knows its start time, so a PID reused later is not taken for it)."""
+    before = {raylet.pid for raylet in _raylet_children()}
+    started: list = []
+    yield started
+    started += [raylet for raylet in _raylet_children() if raylet.pid not in before]
+
+
+def _raylet_children() -> list:
     import psutil
 
+    found = []
     with contextlib.suppress(psutil.Error):
-        return [child.pid for child in psutil.Process().children() if child.name() == "raylet"]
-    return []
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.name() == "raylet":
+                    found.append(child)
+    return found
 
 
-def _note_local_raylets() -> None:
-    _local_raylets[:] = own_raylets()
-
-
-def _processes_of(raylets: list[int]) -> list:
+def _processes_of(raylets: list) -> list:
     """The processes of these raylets, wherever they are now: the raylets, what runs
-    under them, and every worker they started (a worker knows its raylet's PID from its
-    environment, RAY_RAYLET_PID, even after the raylet is gone)."""
+    under them, and every process their workers' environment names them in
+    (RAY_RAYLET_PID), even once the raylet is gone: made after the raylet started,
+    and before any other process took its PID."""
     import psutil
 
-    if not raylets:
-        return []
-    wanted, found = {str(pid) for pid in raylets}, []
-    for pid in raylets:
-        with contextlib.suppress(psutil.Error):
-            raylet = psutil.Process(pid)
-            found += [raylet, *raylet.children(recursive=True)]
+    found, started = [], {}  # started: a raylet's PID -> the span of start times of its processes
+    for raylet in raylets:
+        since = raylet.create_time()  # (kept from when it was first seen, alive)
+        if raylet.is_running():  # the same process: psutil compares start times
+            started[str(raylet.pid)] = (since, math.inf)
+            with contextlib.suppress(psutil.Error):
+                found += [raylet, *raylet.children(recursive=True)]
+        else:
+            try:
+                started[str(raylet.pid)] = (since, psutil.Process(raylet.pid).create_time())
+            except psutil.Error:  # no process has its PID now
+                started[str(raylet.pid)] = (since, math.inf)
+    if not started:
+        return found
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if process.pid != os.getpid() and process.environ().get("RAY_RAYLET_PID") in wanted:
+            span = started.get(process.environ().get("RAY_RAYLET_PID", ""))
+            if span and process.pid != os.getpid() and span[0] <= process.create_time() < span[1]:
                 found.append(process)
     return found
 

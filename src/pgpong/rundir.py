@@ -18,6 +18,7 @@ from pgpong.checkpoint import (
     CheckpointError,
     TrainingState,
     checkpoint_bytes,
+    fsync_dir,
     list_checkpoints,
     load_checkpoint,
     remove_stale_temporaries,
@@ -181,10 +182,11 @@ def create_run_files(run: Run, extra: dict) -> None:
         run.directory.mkdir(parents=True, exist_ok=True)
         save_config(run.config, run.config_path, extra)
         remove_stale_temporaries(run.checkpoint_dir)
+        if run.progress_path.exists():
+            RunLog(run.progress_path).trim(run.state.batch)
+            fsync_dir(run.directory)
     except OSError as exc:
         raise RunWriteError.of(run.directory, exc) from None
-    if run.progress_path.exists():
-        RunLog(run.progress_path).trim(run.state.batch)
 
 
 LOCK_NAME = ".lock"

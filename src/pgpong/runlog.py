@@ -136,8 +136,7 @@ class _Quiet:
 
 
 class ProgressCsv(_Quiet):
-    """progress.csv: one row per batch, written as it ends (made durable before each
-    checkpoint, whose rows they are: trainer.CheckpointWriter)."""
+    """progress.csv: a row per batch as it ends (synced before each checkpoint: trainer.py)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -153,6 +152,8 @@ class ProgressCsv(_Quiet):
             writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore", restval="nan")
             writer.writeheader()
             writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())  # whole before the rename (the caller syncs the directory)
         os.replace(tmp, self.path)
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:

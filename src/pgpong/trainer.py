@@ -4,10 +4,8 @@ opened by rundir.py."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 import queue
 import signal
 import threading
@@ -15,12 +13,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 
 from pgpong import pace, schedule
-from pgpong.checkpoint import TrainingState, save_checkpoint
+from pgpong.checkpoint import TrainingState, fsync_dir, fsync_file, save_checkpoint
 from pgpong.errors import PgpongError
 from pgpong.policy import Params, RMSProp, squared_norm
 from pgpong.pool import BatchResult, Finished, Pool
@@ -58,6 +55,7 @@ class Trainer:
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
         self._broken = False  # a step made the weights non-finite: they are not saved
+        self._unrecorded = False  # a batch's row could not be written
         self._closed = False
         self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
 
@@ -145,6 +143,7 @@ class Trainer:
                 with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
                     saving = snapshot(state)
             phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
+            self._unrecorded = True  # until its row is written: no checkpoint of a batch without one
             try:  # (TensorBoard's event file too is in the run directory)
                 self.log.show(row, phases)
                 note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
@@ -153,6 +152,7 @@ class Trainer:
                 self.log.record(row, phases)
             except OSError as exc:
                 raise RunWriteError.of(self.run.directory, exc) from None
+            self._unrecorded = False
             if saving is not None:  # after the row, which the write makes durable first
                 self.checkpoint(saving)
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
@@ -199,7 +199,7 @@ class Trainer:
         the background, unless its batch has a checkpoint already; raise if an earlier
         write failed."""
         if self._checkpointed[0] != self.state.batch:
-            self.checkpoints.write(saving or snapshot(self.state))
+            self.checkpoints.write(saving if saving is not None else snapshot(self.state))
         self._checkpointed = (self.state.batch, time.monotonic())
 
     def close(self) -> None:
@@ -210,7 +210,7 @@ class Trainer:
             return
         self._closed = True
         try:
-            if not self._broken:
+            if not (self._broken or self._unrecorded):
                 with signals_held():
                     self.checkpoint()
         finally:
@@ -253,13 +253,6 @@ def signals_held() -> Iterator[None]:
 HELD = (signal.SIGINT, signal.SIGTERM)
 
 
-def _make_durable(path: Path) -> None:
-    """fsync a file written before (progress.csv, whose rows are written, not synced, as
-    batches end: only those up to a checkpoint's batch survive a resume)."""
-    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
 class CheckpointWriter:
     """Writes checkpoints in a thread of its own while the next batches play, so the
     write (checksum, savez, fsync: about 30 ms for 10 MB) is off the workers' path.
@@ -289,7 +282,8 @@ class CheckpointWriter:
     def _serve(self) -> None:
         while (state := self._jobs.get()) is not None:
             try:
-                _make_durable(self.run.progress_path)  # the rows up to the checkpoint's, on disk before it
+                fsync_file(self.run.progress_path)  # the rows up to the checkpoint's, on disk before it
+                fsync_dir(self.run.directory)
                 save_checkpoint(state, self.run.checkpoint_dir, keep=self.keep)
             except BaseException as exc:  # handed to the training thread by wait()
                 self._error = exc
@@ -298,8 +292,10 @@ class CheckpointWriter:
         self._jobs.task_done()
 
     def wait(self) -> None:
+        """Until the last write is done; raises its error, or an earlier one's: after a
+        failed write none is made (a second fsync may succeed where data was lost)."""
         self._jobs.join()
-        error, self._error = self._error, None
+        error = self._error
         if isinstance(error, OSError):
             raise RunWriteError.of(self.run.directory, error)
         if error is not None:

@@ -39,7 +39,7 @@ from pgpong.bench.updates import (
     waiting_lines,
     warm_up_batches,
 )
-from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, own_raylets, set_auth_mode
+from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, new_raylets, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -179,7 +179,8 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
     settings = as_trained(opts)
     weights, source = bank_policy(opts)
     say(f"starting a local Ray cluster of {shape.nodes} node(s) of {shape.cpus} CPUs: {shape.nodes} raylet(s)")
-    cluster = start_cluster(shape)
+    with new_raylets() as raylets:
+        cluster = start_cluster(shape)
     try:
         real = min(os.cpu_count() or 1, shape.cpus)
         say(f"bank: {opts.bank_matches} real matches of {source} on {real} real worker(s), all cores busy")
@@ -202,7 +203,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         finally:
             pool.close()
     finally:
-        with ending_leftovers(own_raylets()):
+        with ending_leftovers(raylets):
             ray.shutdown()
             cluster.shutdown()
     return {
