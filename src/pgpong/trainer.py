@@ -54,8 +54,7 @@ class Trainer:
         self.checkpoints = CheckpointWriter(run, config.keep_checkpoints)
         self._checkpointed = (self.state.batch, time.monotonic())  # the newest checkpoint's batch, and when
         self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
-        self._broken = False  # a step made the weights non-finite: they are not saved
-        self._unrecorded = False  # a batch's row could not be written
+        self._half_done = False  # a batch's update failed between its step and its row: nothing of it is saved
         self._closed = False
         self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
 
@@ -112,14 +111,13 @@ class Trainer:
         checked = (state.batch + 1, step, batch_size)
         _check_finite(played.grad, "the batch's summed gradient", *checked)
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
-            self._broken = True  # until the step is done and finite: nothing of a half-made one may be saved
+            self._half_done = True  # until the step is finite and the row written: nothing of it may be saved
             if cfg.lag:  # the next batch plays the weights from before this update
                 state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
                 self.optimizer.step(state.weights, played.grad)
             _check_finite(state.weights, "the weights", *checked)
             _check_finite(state.cache, "the RMSProp cache", *checked)
-            self._broken = False
             now = time.monotonic()
             batch_s = now - began
             state.batch += 1
@@ -143,7 +141,6 @@ class Trainer:
                 with clock("checkpoint write"):  # a snapshot, written in the background while the next batch plays
                     saving = snapshot(state)
             phases = {**measured.phases(), **clock.seconds}  # the pool's (publish, its summing, barrier), the driver's
-            self._unrecorded = True  # until its row is written: no checkpoint of a batch without one
             try:  # (TensorBoard's event file too is in the run directory)
                 self.log.show(row, phases)
                 note = pace.slow_run_note(cfg, state.env_steps - sum(lengths), state.env_steps, state.running_reward)
@@ -152,7 +149,7 @@ class Trainer:
                 self.log.record(row, phases)
             except OSError as exc:
                 raise RunWriteError.of(self.run.directory, exc) from None
-            self._unrecorded = False
+            self._half_done = False
             if saving is not None:  # after the row, which the write makes durable first
                 self.checkpoint(saving)
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
@@ -210,7 +207,7 @@ class Trainer:
             return
         self._closed = True
         try:
-            if not (self._broken or self._unrecorded):
+            if not self._half_done:
                 with signals_held():
                     self.checkpoint()
         finally:

@@ -65,7 +65,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     without a lag, also each part's CPU and its wait for one on this machine
     (bench/contention.py)."""
     lagged = bool(trainer.config.lag)
-    for _ in range(warm_up_batches(lagged)):
+    for _ in range(warm_up_batches(trainer.config.lag)):
         wall_s = trainer.train_batch().row.wall_s
     # Every thread's times, to see what waited for a CPU (the processes found once,
     # after the warm-up); not with --lag 1, where the next batch plays meanwhile: the
