@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pgpong.pool.base import OneBatchAtATime
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
@@ -71,8 +73,9 @@ def train_on(run, pool):
         return trainer.train()
 
 
-class ScriptedPool:
-    """Returns episodes with given scores and zero gradients: checks the trainer's bookkeeping."""
+class ScriptedPool(OneBatchAtATime):
+    """Returns episodes with given scores and zero gradients: checks the trainer's
+    bookkeeping. (Batches announced or submitted are played when collected.)"""
 
     replaced = 0
 
@@ -86,18 +89,6 @@ class ScriptedPool:
     def __init__(self, scores):
         self.scores = iter(scores)
         self._waiting = {}
-
-    def submit(self, weights, episodes):  # --lag 1: played when collected, as OneBatchAtATime does
-        ticket = max(self._waiting, default=0) + 1
-        self._waiting[ticket] = (weights.of(weights.W1, weights.W2), episodes)
-        return ticket
-
-    def collect(self, ticket, finished=lambda result: None):
-        weights, episodes = self._waiting.pop(ticket)
-        return self.play_batch(weights, episodes, finished)
-
-    def cancel(self):
-        self._waiting.clear()
 
     def play_batch(self, weights, episodes, finished=lambda result: None):
         from pgpong.pool import BatchMeasures, BatchResult

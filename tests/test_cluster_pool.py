@@ -138,6 +138,47 @@ def test_evaluation_on_three_nodes_gives_the_matches_of_one_process(three_leader
     assert [(m.score, m.steps) for m in spread] == [(m.score, m.steps) for m in alone]
 
 
+@pytest.mark.slow
+def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_go(three_leaders):
+    """Its matches are handed out at once, and no worker plays one before the weights
+    are published; dropped first, its waiting workers return, and the pool goes on.
+    Either way the sums are those of one process."""
+    import ray
+
+    from pgpong.policy import Params
+    from pgpong.pool.local import LocalPool
+
+    pool, queue = three_leaders, three_leaders._queue
+    weights, episodes = Params.initial(16, 2), [EpisodeId(3, 9, k) for k in range(6)]
+    local = LocalPool(WORKERS)
+    try:
+        expected = local.play_batch(weights, episodes).grad
+    finally:
+        local.close()
+
+    def announced() -> int:
+        handed = ray.get(queue.handed_out.remote())
+        ticket = pool.announce(episodes)
+        deadline = time.monotonic() + 30
+        while ray.get(queue.handed_out.remote()) < handed + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # time enough to play a match of 60 steps, had a worker the weights
+        reports, _ = ray.get(queue.progress.remote())
+        assert ray.get(queue.handed_out.remote()) >= handed + 3 and not [r for r in reports if r[0] == ticket]
+        return ticket
+
+    announced()
+    pool.cancel()
+    with hang_guard(60):
+        played = pool.play_batch(weights, episodes)
+        ticket = announced()
+        pool.publish(ticket, weights)
+        published = pool.collect(ticket)
+    for grad in (played.grad, published.grad):
+        np.testing.assert_array_equal(grad.W1, expected.W1)
+        np.testing.assert_array_equal(grad.W2, expected.W2)
+
+
 class BrokenPipePool(ClusterPool):
     """One leader's run fails as a leader's does when its node's raylet goes (an OSError
     out of Ray's I/O, "Broken pipe") as batch 2 is added, before it takes any match of it."""
@@ -177,45 +218,68 @@ def test_a_leader_failing_on_a_broken_pipe_is_lost_not_the_run(tmp_path, referen
 
 
 class NodeLosingPool(ClusterPool):
-    """Removes a worker node as soon as its leader has taken matches of batch 2 from the
-    queue: those matches, and the node's sum, are lost with it."""
+    """Removes a worker node as soon as its leader holds matches: of batch 1 while
+    batch 2 is announced (the other workers may wait for batch 2's weights, which
+    wait for the lost matches: batch 2 is recalled, and added again when published),
+    or of batch 2 as it is published (they start). Those matches, and the node's
+    sums, are lost with it."""
 
-    def __init__(self, cluster, nodes):
-        self.cluster, self.worker_nodes, self.removed = cluster, nodes, None
-        super().__init__(WORKERS, 3)
+    def __init__(self, cluster, nodes, workers, when):
+        self.cluster, self.worker_nodes, self.when, self.removed = cluster, nodes, when, None
+        self.recalled: list[int] = []
+        super().__init__(WORKERS, workers)
 
-    def _add(self, method, weights, episodes, measures, *args):
+    def _recall(self):
+        self.recalled += list(self._announced)
+        super()._recall()
+
+    def announce(self, episodes):
+        batch = super().announce(episodes)
+        if self.when == "announced" and batch == 2:
+            self._lose_a_node(1)
+        return batch
+
+    def publish(self, ticket, weights):
+        super().publish(ticket, weights)
+        if self.when == "published" and ticket == 2:
+            self._lose_a_node(2)
+
+    def _lose_a_node(self, batch):
         import ray
 
-        batch = super()._add(method, weights, episodes, measures, *args)
         for leader, number in list(self._names.items()):
             lost = [n for n in self.worker_nodes if n.node_id == self.node_of[leader]]
-            if batch == 2 and self.removed is None and lost:
+            if self.removed is None and lost:
                 deadline = time.monotonic() + 30
                 taken_by = self._queue.taken_by
                 while not (taken := ray.get(taken_by.remote(number, batch))) and time.monotonic() < deadline:
                     time.sleep(0.001)
                 self.removed = taken
+                self.lost_workers = self._leaders[leader]
                 self.cluster.remove_node(lost[0], allow_graceful=False)
-        return batch
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("when", ["announced", "published"])
 def test_a_node_lost_mid_batch_costs_its_matches_only_and_changes_no_weight(
-    tmp_path, reference, cluster, three_leaders
+    tmp_path, reference, cluster, three_leaders, when
 ):
     import ray
 
     three_leaders.close()  # its workers' CPUs are needed below
-    c, nodes = cluster  # the last test of the module: it takes a node away
-    pool = NodeLosingPool(c, nodes)
+    c, nodes = cluster  # the last tests of the module: each takes a node away
+    nodes = [node for node in nodes if node.node_id in {n for n, _ in nodes_with_cpus()}]
+    pool = NodeLosingPool(c, nodes, len(nodes_with_cpus()), when)  # a worker on each node
     try:
+        before = (pool.nodes(), pool.num_workers)
         with hang_guard(180):
-            state = train_in_process(tmp_path / "lost", 3, 2, SETTINGS, pool=pool)
+            state = train_in_process(tmp_path / "lost", pool.num_workers, 2, SETTINGS, pool=pool)
         assert pool.removed  # the node went once it had taken matches...
         handed = ray.get(pool._queue.handed_out.remote())  # in both batches
         assert handed >= 2 * SETTINGS["batch_size"] + pool.removed  # ...and they were played again elsewhere
-        assert (pool.nodes(), pool.num_workers, pool.replaced) == (2, 2, 1)
+        assert pool.recalled == ([2] if when == "announced" else [])  # (added again when published)
+        lost = pool.lost_workers
+        assert (pool.nodes(), pool.num_workers, pool.replaced) == (before[0] - 1, before[1] - lost, lost)
     finally:
         pool.close()
     assert_same_state(state, reference)

@@ -18,6 +18,7 @@ from pgpong.policy import Params
 from pgpong.pool import WorkerSettings
 from pgpong.pool.local import LocalPool
 from pgpong.pool.ray_pool import RayPool
+from pgpong.pool.sums import Played
 from pgpong.pool.worker import RolloutWorker, WorkerKind, publish
 from pgpong.rollout import EpisodeId
 
@@ -119,6 +120,7 @@ class PidWorker(RolloutWorker):
 
     def play(self, weights, episode):
         result = super().play(weights, episode)
+        assert isinstance(result, Played)
         result.stats.timings["pid"] = os.getpid()
         return result
 
@@ -154,6 +156,7 @@ def test_ray_pool_gives_each_match_to_the_first_free_worker(ray_instance, monkey
     expected = [local.worker.play(weights, episode) for episode in episodes]
     local.close()
     for k, b in enumerate(expected):
+        assert isinstance(b, Played)
         np.testing.assert_array_equal(results[k].grad.W1_rows, b.grad.W1_rows)
         np.testing.assert_array_equal(results[k].grad.columns, b.grad.columns)
 

@@ -7,7 +7,9 @@ when the next batch comes or the queue stops."""
 import threading
 import time
 from collections import deque
+from typing import Any
 
+import numpy as np
 import pytest
 
 from pgpong.policy import Params
@@ -54,7 +56,7 @@ def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker
 
 
 def test_more_may_come_only_once_a_batch_was_added_while_another_was_in_play():
-    queue = WorkQueue(workers=4)
+    queue = WorkQueue(workers=8)
     queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
     assert (queue.take(node=0, free=4, size=4)).more is False  # no lag: the next batch comes after
     queue.drop(1)
@@ -103,7 +105,7 @@ class FakeQueue:
 def test_after_an_empty_answer_a_leader_asks_to_wait_at_once_with_a_lag_and_when_idle_without(more):
     queue = FakeQueue()
     feed = QueueFeed(queue, node=0, copy_weights=False, workers=2)
-    job = ("play", None, ())
+    job = ("play", "published weights", ())
     queue.answers.append(Answer([(1, 0, EpisodeId(7, 1, 0)), (1, 1, EpisodeId(7, 1, 1))], {1: job}, 0, (1,), more))
     feed.ask(local=0, free=2, busy=0)
     assert len(feed.receive(feed.pending()[0]) or []) == 2
@@ -118,3 +120,46 @@ def test_after_an_empty_answer_a_leader_asks_to_wait_at_once_with_a_lag_and_when
     feed.ask(local=0, free=2, busy=0)  # the node has nothing to do: without a lag it asks now, to wait
     assert queue.waits == [False, False, True]
     assert feed.receive(feed.pending()[0]) == [] and feed.exhausted  # the queue stopped: the run ends
+
+
+def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_published():
+    """Its matches go out before its weights exist (their job says so: no weights),
+    are not counted playable, and a wait for the weights ends when they are published;
+    one for a batch dropped first ends with nothing."""
+    queue = WorkQueue(workers=8)
+    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    queue.add(2, episodes(2, 5), "play", None)  # announced
+    answer = queue.take(node=0, free=4, size=4)
+    assert [(b, p) for b, p, _ in answer.given] == [(1, 0), (1, 1), (1, 2), (2, 0)]
+    assert answer.jobs[2][1] is None and answer.jobs[1][1] is not None
+    assert (answer.left, answer.playable) == (4, 0)
+    waiting = Answered(queue.weights_for, 2)
+    assert waiting.is_alive()  # no weights yet
+    weights = Params.initial(8, 5)
+    queue.publish(2, weights)
+    waiting.join(5)
+    import ray
+
+    got = ray.get(waiting.answer.ref)
+    assert np.array_equal(got.W1, weights.W1) and np.array_equal(got.W2, weights.W2)
+    assert queue.take(node=0, free=1, size=4).playable == 3  # (the batch's other matches are playable now)
+    assert queue.weights_for(2, by_value=True) is not None  # a copy for a leader of another node
+    queue.add(3, episodes(3, 2), "play", None)
+    dropped = Answered(queue.weights_for, 3)
+    queue.drop(3)
+    dropped.join(5)
+    assert not dropped.is_alive() and dropped.answer is None
+
+
+class Answered(threading.Thread):
+    """A call that may wait, on a thread of its own; its answer once it returns."""
+
+    def __init__(self, call, *args):
+        super().__init__(daemon=True)
+        self.call, self.args = call, args
+        self.answer: Any = "no answer"
+        self.start()
+        time.sleep(0.05)
+
+    def run(self):
+        self.answer = self.call(*self.args)

@@ -56,7 +56,8 @@ class Trainer:
         self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
         self._half_done = False  # a batch's update failed between its step and its row: nothing of it is saved
         self._closed = False
-        self._ahead: dict[int, int] = {}  # --lag 1: batch -> the pool's ticket for it, submitted ahead
+        # batch -> the pool's ticket for it and its episodes, put in ahead (announced, or submitted with --lag 1)
+        self._ahead: dict[int, tuple[int, list[EpisodeId]]] = {}
 
     def train(
         self,
@@ -155,20 +156,26 @@ class Trainer:
         return BatchReport(row, phases, dict(worker_time), durations, measured.bytes_in, measured.node_seconds)
 
     def _play(self, weights: Params, episodes: list[EpisodeId], finished: Finished) -> BatchResult:
-        """Play the batch. With --lag 1 the next batch plays the weights as they are now,
-        before this batch's update, so it is submitted first: a pool that can overlap
-        the two (a cluster's) starts it while this batch's last matches play."""
+        """Play the batch, and put the next one in the pool first. Without a lag the
+        next is announced, to be published with the weights this update makes: a pool
+        that can (a cluster's) hands its matches out to the workers that free up
+        meanwhile, and they start the moment the weights come. With --lag 1 the next
+        batch plays the weights as they are now, before this batch's update, so it is
+        submitted with them: a cluster's pool starts it while this batch's last
+        matches play."""
         cfg, state, pool = self.config, self.state, self.pool
-        if not cfg.lag:
-            return pool.play_batch(weights, episodes, finished)
-        ticket = self._ahead.pop(state.batch, None)  # submitted with these weights by the batch before
+        ticket, put_in = self._ahead.pop(state.batch, (None, episodes))  # put in the pool by the batch before
+        if put_in != episodes:  # (the schedule gives each batch's size from the episodes before it alone)
+            raise RuntimeError(f"batch {state.batch + 1} was put in the pool ahead with other episodes")
         if ticket is None:
-            ticket = pool.submit(weights, episodes)
+            ticket = pool.submit(weights, episodes) if cfg.lag else pool.announce(episodes)
+        if not cfg.lag:
+            pool.publish(ticket, weights)
         following = state.batch + 1
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
-            self._ahead[following] = pool.submit(state.weights, ahead)
+            self._ahead[following] = (pool.submit(state.weights, ahead) if cfg.lag else pool.announce(ahead), ahead)
         return pool.collect(ticket, finished)
 
     def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:

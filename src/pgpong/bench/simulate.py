@@ -45,7 +45,7 @@ from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.sums import Played
-from pgpong.pool.worker import PublishedWeights, WeightsCache, WorkerKind, publish
+from pgpong.pool.worker import PublishedWeights, Skipped, WeightsCache, WeightsToCome, WorkerKind, publish
 from pgpong.rollout import EpisodeId
 
 
@@ -64,11 +64,18 @@ class SimulatedWorkers:
         self._guard = threading.Lock()
         kept_for_life()  # as a leader does (a rollout worker does not: its Pong would never be freed)
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId | list[int], slot: int = 0) -> Played:
+    def play(
+        self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int], slot: int = 0
+    ) -> Played | Skipped:
         episode = EpisodeId(*episode)
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another
+            if isinstance(weights, WeightsToCome):  # waited for without the guard: other slots go on
+                resolved = self._weights.resolve(weights)
+                if resolved is None:
+                    return Skipped()
+                weights = resolved
             began = time.perf_counter()
             with self._guard:
                 self._weights(weights)  # fetched once a batch, as a real worker does

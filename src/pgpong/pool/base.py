@@ -108,10 +108,11 @@ class InOrder:
 
 
 class OneBatchAtATime:
-    """submit, collect and cancel for a pool that plays one batch after another: a
-    submitted batch waits (with a copy of its weights) and is played when collected."""
+    """submit, announce, publish, collect and cancel for a pool that plays one batch
+    after another: a submitted batch waits (with a copy of its weights), an announced
+    one for its weights, and either is played when collected."""
 
-    _waiting: dict[int, tuple[Params, list[EpisodeId]]]  # set by the pool's __init__
+    _waiting: dict[int, tuple[Params | None, list[EpisodeId]]]  # set by the pool's __init__
     _tickets = 0
 
     def play_batch(
@@ -124,8 +125,20 @@ class OneBatchAtATime:
         self._waiting[self._tickets] = (Params.of(weights.W1, weights.W2), episodes)
         return self._tickets
 
+    def announce(self, episodes: list[EpisodeId]) -> int:
+        self._tickets += 1
+        self._waiting[self._tickets] = (None, episodes)
+        return self._tickets
+
+    def publish(self, ticket: int, weights: Params) -> None:
+        """The weights an announced batch plays when collected: not copied, so they must
+        not change before (the trainer collects it next)."""
+        self._waiting[ticket] = (weights, self._waiting[ticket][1])
+
     def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
         weights, episodes = self._waiting.pop(ticket)
+        if weights is None:
+            raise ValueError(f"batch {ticket} was announced but never published")
         return self.play_batch(weights, episodes, finished)
 
     def cancel(self) -> None:
@@ -153,6 +166,13 @@ class Pool(Protocol):
     # can overlap them starts it at once (ClusterPool); the others play it when it is
     # collected (OneBatchAtATime). The weights are the same either way.
     def submit(self, weights: Params, episodes: list[EpisodeId]) -> int: ...  # a ticket for collect
+
+    # Without a lag the next batch is announced before this one is collected, and
+    # published with the weights this update makes. A pool that can hands its matches
+    # out meanwhile (ClusterPool: its workers wait for the weights in their calls).
+    def announce(self, episodes: list[EpisodeId]) -> int: ...  # a ticket for publish, then collect
+
+    def publish(self, ticket: int, weights: Params) -> None: ...
 
     def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult: ...
 

@@ -16,9 +16,15 @@ with the batch, and hardly with the nodes. Nor do Ray's books on the batch's wei
 owns them, not the driver), and each leader of another node copies them into its
 node's store for its workers (so the queue counts one reader per leader there).
 
-With --lag 1 the next batch is added to the queue before this one is collected
-(submit, then collect): a worker that finishes this batch's last match it could get
-starts one of the next batch at once, with the weights the next batch plays.
+The next batch is added to the queue before this one is collected. Without a lag it
+is announced, without weights (announce, then publish with the weights this update
+makes): its matches are handed out as workers free up, and each worker given one
+calls for it at once and waits in that call for the weights, so the batch starts
+when the queue publishes them, without a Ray call per match on the way (announced
+batches are recalled, and added again when published, before a lost node's matches
+or evaluation's go back in the queue, which must not wait behind them). With --lag 1
+it is submitted with its weights (submit, then collect): a worker that finishes this
+batch's last match it could get starts one of the next batch at once.
 
 A leader that dies (its node lost) costs the matches it had taken: the queue hands
 them out again and the other leaders play them, with the same seeds. The sums are
@@ -56,6 +62,7 @@ from pgpong.rollout import EpisodeId, MatchResult
 # ray.wait returns up to about a millisecond before its timeout: a poll that close to due
 # is taken then, rather than by waiting again for the rest (about a dozen calls per poll).
 WAKE_EARLY_S = 0.002
+PUBLISHING = "publish weights"  # the driver's phase of putting a batch and its weights in the queue
 
 
 @dataclass
@@ -95,7 +102,7 @@ class ClusterPool:
         ]
         self._here = ray.get_runtime_context().get_node_id()  # the driver's node, the queue's and the reducer's
         here = NodeAffinitySchedulingStrategy(self._here, soft=False)
-        threads = len(leaders) + 8  # a request of each leader may wait in the queue; the driver's calls go on
+        threads = 2 * len(leaders) + 8  # a request and a wait for weights of each leader; the driver's calls go on
         queue = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here, max_concurrency=threads)
         self._queue: Any = queue.remote(num_workers)
         self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()
@@ -106,6 +113,9 @@ class ClusterPool:
         self._in_play: dict[int, _InPlay] = {}  # batches in the queue, oldest first
         self._runs: dict[Any, tuple[Any, int]] = {}  # a leader's run -> (the leader, self._added when it began)
         self._added = 0  # how many times matches were added to the queue (batches, and a lost node's)
+        self._announced: dict[int, list[EpisodeId]] = {}  # batches in the queue without their weights yet
+        self._recalled: dict[int, list[EpisodeId]] = {}  # announced batches dropped, to be added when published
+        self._renamed: dict[int, int] = {}  # a recalled batch's ticket -> its number in the queue
         try:
             started = ray.get([leader.ready.remote() for leader in leaders], timeout=limits.start_s)
         except ray.exceptions.RayError as exc:
@@ -142,9 +152,46 @@ class ClusterPool:
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 
+    def announce(self, episodes: list[EpisodeId]) -> int:
+        """Add the next batch to the queue before its weights exist (publish() brings
+        them): its matches are handed out as workers free up, and each worker given
+        one waits for the weights in its call, so the batch starts when they come,
+        without a Ray call per match then. A ticket for publish and collect."""
+        measures = BatchMeasures()
+        batch, playing = self._add("play", None, episodes, measures), self._in_play.get(self._batch)
+        if playing is not None:  # the time it took is the update's of the batch in play
+            playing.measures.add_seconds(PUBLISHING, measures.seconds.pop(PUBLISHING))
+        self._announced[batch] = episodes
+        return batch
+
+    def publish(self, ticket: int, weights: Params) -> None:
+        """The weights of an announced batch: its matches start. (One recalled meanwhile
+        is added again, with them.)"""
+        if ticket in self._recalled:
+            self._renamed[ticket] = self.submit(weights, self._recalled.pop(ticket))
+            return
+        began = time.perf_counter()
+        self._ray.get(self._queue.publish.remote(ticket, weights), timeout=self._limits.stall_s)
+        del self._announced[ticket]
+        in_play = self._in_play[ticket]
+        in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
+        in_play.inputs, in_play.added = weights.W1.shape[1], time.monotonic()
+
+    def _recall(self) -> None:
+        """Drop the announced batches from the queue, to be added again when published:
+        their parked workers return (a lost node's matches given back, or evaluation's,
+        must not wait behind them)."""
+        ray = self._ray
+        for batch, episodes in list(self._announced.items()):
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get([self._queue.drop.remote(batch), self._reducer.forget.remote(batch)], timeout=10)
+            del self._announced[batch], self._in_play[batch]
+            self._recalled[batch] = episodes
+
     def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
         """Wait for the batch's matches (their stats to `finished`, in order); the exact
         sum of its gradients, from the reducer."""
+        ticket = self._renamed.pop(ticket, ticket)
         in_play = self._in_play[ticket]
         measures, replaced, in_order = in_play.measures, self.replaced, InOrder(finished)
         result = self._reducer.result.remote(ticket)
@@ -182,8 +229,11 @@ class ClusterPool:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get([self._queue.drop.remote(batch), self._reducer.forget.remote(batch)], timeout=10)
             del self._in_play[batch]
+        for held in (self._announced, self._recalled, self._renamed):
+            held.clear()
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
+        self._recall()
         batch = self._add("evaluate", weights, matches, BatchMeasures(), greedy)
         results: dict[int, MatchResult] = {}
         next_out = 0
@@ -196,9 +246,11 @@ class ClusterPool:
         finally:
             self._over(batch)
 
-    def _add(self, method: str, weights: Params, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any) -> int:
-        """Put a batch in the queue, which publishes its weights (and, to be summed, in
-        the reducer), and start the leaders that are not running; its number."""
+    def _add(
+        self, method: str, weights: Params | None, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
+    ) -> int:
+        """Put a batch in the queue, which publishes its weights (None: announced), and,
+        to be summed, in the reducer; start the leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
         if method == "play":  # in the reducer before any leader can have a sum of it
@@ -209,7 +261,7 @@ class ClusterPool:
         # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
         plain = [list(episode) for episode in episodes]
         ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
-        measures.add_seconds("publish weights", time.perf_counter() - began)
+        measures.add_seconds(PUBLISHING, time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1
         self._start_leaders()
@@ -311,6 +363,7 @@ class ClusterPool:
         sums brought into the reducer before stay), for the other leaders to play."""
         ray, stall_s = self._ray, self._limits.stall_s
         if leader in self._leaders:
+            self._recall()  # (its given-back matches first, to workers not parked behind an announced batch)
             number = self._names.pop(leader)
             keep = ray.get(self._reducer.close.remote(number), timeout=stall_s)
             ray.get(self._queue.give_back.remote(number, keep), timeout=stall_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 LOOKAHEAD = 2  # episodes a worker may hold at once: the one it plays and the next
@@ -52,32 +52,58 @@ class HandOut:
     Every free worker gets one; while episodes are plentiful (at least two per
     worker left), each also holds the next one in its queue and starts it the moment
     the first ends, instead of after a round trip to this process (about 4 ms); the
-    last ones go only to free workers, so that the batch's end stays balanced."""
+    last ones go only to free workers, so that the batch's end stays balanced.
+
+    A worker given an episode whose weights are still to come (an announced batch:
+    pool/queue.py) is parked: it waits for them in its call, so it is idle until
+    they come, and it gets nothing behind that episode (an episode of an earlier
+    batch, handed back by a lost node, would wait for the weights too, which wait for
+    that batch)."""
 
     def __init__(self, workers: list):
         self.held: dict[Any, int] = dict.fromkeys(workers, 0)  # episodes each worker holds
         self._with = [deque(workers), deque()]  # candidates holding 0 and 1 (checked when taken)
         self._idle_since: dict[Any, float] = {}  # worker -> when it ran out of work in this batch
+        self._parked: dict[Any, Any] = {}  # worker -> the key of the episode it waits to play
 
-    def out(self, todo: deque, elsewhere: int = 0) -> Iterator[tuple[Any, Any]]:
+    def out(
+        self, todo: deque, elsewhere: int = 0, waits: Callable[[Any], bool] = lambda key: False
+    ) -> Iterator[tuple[Any, Any]]:
         """(worker, episode) for every episode handed out now, taken from `todo`;
-        `elsewhere` more are still to come (a cluster's queue)."""
+        `elsewhere` more are still to come (a cluster's queue); `waits(key)`: that
+        episode's weights are still to come."""
         for depth in range(LOOKAHEAD):
             queue = self._with[depth]
             while todo and queue and (depth == 0 or len(todo) + elsewhere >= 2 * len(self.held)):
                 worker = queue.popleft()
-                if self.held.get(worker) != depth:  # stale: it took or finished one since
+                if self.held.get(worker) != depth or worker in self._parked:  # stale, or parked
                     continue
                 self.held[worker] = depth + 1
+                item = todo.popleft()
+                if waits(item[0]):
+                    self._parked[worker] = item[0]
+                    self._idle_since.setdefault(worker, time.perf_counter())
+                else:
+                    self._idle_since.pop(worker, None)
                 if depth + 1 < LOOKAHEAD:
                     self._with[depth + 1].append(worker)
+                yield worker, item
+
+    def unpark(self, waits: Callable[[Any], bool]) -> None:
+        """The parked workers whose weights have come start: they are no longer idle."""
+        for worker, key in list(self._parked.items()):
+            if not waits(key):
+                del self._parked[worker]
                 self._idle_since.pop(worker, None)
-                yield worker, todo.popleft()
+                if self.held.get(worker) == 1:
+                    self._with[1].append(worker)
 
     def back(self, worker: Any, idle: bool) -> None:
         """`worker` finished an episode; `idle`: nothing is left to hand out."""
         if worker not in self.held:
             return
+        if self._parked.pop(worker, None) is not None:  # (its weights came: it played)
+            self._idle_since.pop(worker, None)
         self.held[worker] -= 1
         self._with[self.held[worker]].append(worker)
         if idle and not self.held[worker]:
@@ -94,6 +120,7 @@ class HandOut:
     def leave(self, worker: Any) -> None:
         self.held.pop(worker, None)
         self._idle_since.pop(worker, None)
+        self._parked.pop(worker, None)
 
     def idle_seconds(self) -> float:
         now = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from pgpong.pool.queue import QueueFeed
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import NodeShare
 from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
-from pgpong.pool.worker import WorkerKind
+from pgpong.pool.worker import Skipped, WorkerKind
 
 
 @dataclass
@@ -62,7 +63,7 @@ class NodeLeader:
         alone: dict[int, tuple[IntegerGradient, list[int]]] = {}  # batch -> that last match, once played
         finished: Finished = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
-        for (batch, position), result in self.pool.run(deque(), feed.job, measures=measures, feed=feed):
+        for (batch, position), result in _played(self.pool.run(deque(), feed.job, measures=measures, feed=feed), feed):
             left = feed.done(batch)
             for gone in feed.dropped:  # cancelled: its sums are of no use
                 for held in (sums, ahead, alone):
@@ -139,3 +140,13 @@ class NodeLeader:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _played(results: Iterator[tuple[Any, Any]], feed: QueueFeed) -> Iterator[tuple[Any, Any]]:
+    """The matches played: one that was not (its batch, announced, was dropped before
+    its weights came: Skipped) is only no longer held."""
+    for key, result in results:
+        if isinstance(result, Skipped):
+            feed.done(key[0])
+        else:
+            yield key, result

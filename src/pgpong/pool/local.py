@@ -8,7 +8,7 @@ from threadpoolctl import threadpool_limits
 
 from pgpong.policy import Params
 from pgpong.pool.base import BatchMeasures, BatchResult, Finished, OneBatchAtATime, WorkerSettings, ignore_episode
-from pgpong.pool.sums import SUMMING, ExactSum
+from pgpong.pool.sums import SUMMING, ExactSum, Played
 from pgpong.pool.worker import RolloutWorker
 from pgpong.rollout import EpisodeId, MatchResult
 
@@ -31,6 +31,7 @@ class LocalPool(OneBatchAtATime):
         total = ExactSum(weights.hidden)
         for episode in episodes:
             played = self.worker.play(weights, episode)
+            assert isinstance(played, Played)  # (Skipped only for weights still to come)
             total.add(played.grad)
             finished(played.stats)
         grad = total.to_params()

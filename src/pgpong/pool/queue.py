@@ -5,15 +5,17 @@ times a batch.
 
 WorkQueue is a small threaded Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
-with, which the queue publishes, so that it owns them, not the driver); usually one
-batch is in it at a time, two with --lag 1, where the next batch is added while the
-last matches of this one play. Each node's leader asks it for as
+with, which the queue publishes, so that it owns them, not the driver); two batches
+are in it: this one and the next, announced without weights (they come when the
+driver has made them, and the leaders' workers wait for them in their calls: no Ray
+call per match as the batch starts), or with --lag 1 added with its weights, to start
+while the last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
 waiting; and more while many are left, placement.request_size), the oldest batch's
 first; asks again as its workers free up; and tells it now and then which matches
-it has finished (their stats or results). A node with nothing to do (or, with
---lag 1, nothing more of the batches in play) asks and waits: the queue answers
+it has finished (their stats or results). A node with nothing to do (or, with a
+batch announced or --lag 1, nothing more it can play) asks and waits: the queue answers
 when there is work again, so a leader's run goes on from batch to batch and the
 driver does not start it again each time. QueueFeed is
 the leader's side of that. The queue remembers which node took which matches, so
@@ -35,7 +37,7 @@ from pgpong.placement import request_size
 from pgpong.policy import Params
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
-from pgpong.pool.worker import PublishedWeights, publish
+from pgpong.pool.worker import PublishedWeights, WeightsToCome, publish
 from pgpong.rollout import EpisodeId
 
 Heard = tuple[int, int, list[int], Any]  # (batch, node, positions, their stats or results: columns.Report's)
@@ -64,6 +66,7 @@ class Answer:
     in_play: tuple[int, ...]  # the batches in play (a node drops the matches it holds of any other)
     more: bool  # more may come before the batches in play are over (--lag 1): ask again, and wait
     stopped: bool = False  # the pool is closing: the node's run ends
+    playable: int = 0  # of the matches left, those of batches whose weights are published
 
 
 @dataclass
@@ -73,6 +76,7 @@ class QueuedBatch:
     todo: deque[int] = field(default_factory=deque)  # positions not handed out
     taken: dict[int, list[int]] = field(default_factory=dict)  # node -> positions it took
     reported: dict[int, set[int]] = field(default_factory=dict)  # node -> positions it reported
+    weights: Params | None = None  # published after the batch was added
 
 
 class WorkQueue:
@@ -95,23 +99,50 @@ class WorkQueue:
         self._lock = threading.Condition()
 
     @_locked
-    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params, args: tuple = ()) -> None:
+    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params | None, args: tuple = ()) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
-        *args)). The queue puts the weights in the object store itself, so that it owns
-        them: Ray's books on the processes that read them (their borrowing, the copies'
-        locations) are kept here rather than in the driver, where at 11x18 they took
-        about half of its CPU time per update (docs/SCALING.md)."""
-        published, _ = publish(weights)
+        *args)), or, if None, with the weights publish() brings later (the batch is
+        announced: its matches are handed out at once, and the workers given them wait
+        for the weights in their calls). The queue puts the weights in the object
+        store itself, so that it owns them: Ray's books on the processes that read them
+        (their borrowing, the copies' locations) are kept here rather than in the
+        driver, where at 11x18 they took about half of its CPU time per update
+        (docs/SCALING.md)."""
+        published = None if weights is None else publish(weights)[0]
         self.overlapping = self.overlapping or bool(self.batches)
         episodes = [EpisodeId(*episode) for episode in episodes]  # (sent as lists: ClusterPool._add)
         self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
         self._lock.notify_all()
 
     @_locked
+    def publish(self, batch: int, weights: Params) -> None:
+        """The weights of an announced batch: the workers waiting for them start."""
+        queued = self.batches.get(batch)
+        if queued is not None:
+            method, _, args = queued.job
+            queued.job = (method, publish(weights)[0], args)
+            queued.weights = weights
+            self._lock.notify_all()
+
+    @_locked
+    def weights_for(self, batch: int, by_value: bool = False) -> PublishedWeights | Params | None:
+        """An announced batch's weights, once published: a leader's workers wait for
+        this answer (WeightsToCome). By value for a leader of another node: the answer
+        is then a copy the leader owns, which its node's store fetches once for its
+        workers (as node_copy does). None if the batch is dropped or the queue stops first."""
+        while not self.stopped and batch in self.batches and self.batches[batch].job[1] is None:
+            self._lock.wait()
+        if self.stopped or batch not in self.batches:
+            return None
+        queued = self.batches[batch]
+        return queued.weights if by_value and queued.weights is not None else queued.job[1]
+
+    @_locked
     def drop(self, batch: int) -> None:
         """The batch is over (or cancelled): nothing more of it is handed out or heard."""
         self.batches.pop(batch, None)
+        self._lock.notify_all()
 
     @_locked
     def set_workers(self, workers: int) -> None:
@@ -152,7 +183,8 @@ class WorkQueue:
         self.handed += len(given)
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
-        return Answer(given, jobs, left - len(given), tuple(self.batches), self.overlapping, self.stopped)
+        playable = sum(len(queued.todo) for queued in self.batches.values() if queued.job[1] is not None)
+        return Answer(given, jobs, left - len(given), tuple(self.batches), self.overlapping, self.stopped, playable)
 
     @_locked
     def stop(self) -> None:
@@ -222,22 +254,26 @@ class QueueFeed:
     """A node leader's side of the queue: asks for matches when the node has free
     workers without one, one request at a time (RayPool.run waits on it), and knows
     each batch's job. After an empty answer it asks again only to wait for more: at
-    once if the queue said more may come (--lag 1: the next batch may be added any
-    time), else once the node has nothing at all to do (no lag: the next batch comes
-    after this one is over; those requests, one per match finished at the batch's
-    end, were most of the queue's calls). So the leader's run goes on until the
-    queue stops. The matches it holds of a batch no longer in play (cancelled) are
-    dropped before they start."""
+    once if the queue said more may come (--lag 1, or a batch announced: the next
+    batch may be added any time), else once the node has nothing at all to do (the
+    next batch comes after this one is over; those requests, one per match finished
+    at the batch's end, were most of the queue's calls). So the leader's run goes on
+    until the queue stops. The matches it holds of a batch no longer in play
+    (cancelled) are dropped before they start. For an announced batch it asks the
+    queue for the weights at once, and follows that call: until it is answered, the
+    batch's matches wait (`waits`)."""
 
     KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
 
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
         self.remaining = 1  # unknown until the first answer: at least one
+        self._playable = 1  # of those, the matches whose weights were published, at the answer
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
         self._request: Any = None
+        self._to_come: dict[Any, int] = {}  # the calls for announced batches' weights not yet answered -> batch
         self._empty = False  # the last answer was empty
         self._more = False  # the queue's last answer: more may come before the batches in play are over
         self._stopped = False
@@ -246,8 +282,17 @@ class QueueFeed:
     def exhausted(self) -> bool:
         return self._stopped and self._request is None
 
+    @property
+    def playable(self) -> int:
+        """The matches left in the queue, as last heard, but those whose weights are still to come."""
+        return self._playable if self._to_come else self.remaining
+
     def pending(self) -> list:
-        return [self._request] if self._request is not None else []
+        return [*([self._request] if self._request is not None else []), *self._to_come]
+
+    def waits(self, key: tuple[int, int]) -> bool:
+        """Whether the match's weights are still to come (its batch announced, not yet published)."""
+        return key[0] in self._to_come.values()
 
     def ask(self, local: int, free: int, busy: int = 0) -> None:
         """Ask for matches if the node's `free` workers are more than the `local` ones
@@ -260,7 +305,11 @@ class QueueFeed:
         self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers, wait)
 
     def receive(self, ref: Any) -> list | None:
-        """The matches a request brought, as ((batch, position), episode); None if `ref` is not ours."""
+        """The matches a request brought, as ((batch, position), episode) (none when an
+        announced batch's weights came); None if `ref` is not ours."""
+        if ref in self._to_come:
+            del self._to_come[ref]
+            return []
         if ref != self._request:
             return None
         import ray
@@ -268,14 +317,25 @@ class QueueFeed:
         self._request = None
         answer: Answer = ray.get(ref)
         given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
-        jobs = answer.jobs
-        self.jobs.update({batch: node_copy(job) for batch, job in jobs.items()} if self.copy_weights else jobs)
+        self._playable = answer.playable
+        self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]
         self._empty = not given
         self.held.update(batch for batch, _, _ in given)
         self.dropped = set(self.held) - set(answer.in_play)
         return [((batch, position), episode) for batch, position, episode in given]
+
+    def _ready(self, batch: int, job: Job) -> Job:
+        """The job as this node's workers take it: an announced batch's weights are
+        asked of the queue now (its workers wait for the answer), others are copied
+        into this node's store."""
+        method, published, args = job
+        if published is None:
+            call = self.queue.weights_for.remote(batch, self.copy_weights)
+            self._to_come[call] = batch
+            return method, WeightsToCome(call), args
+        return node_copy(job) if self.copy_weights else job
 
     def tidy(self, todo: deque) -> None:
         """Drop the matches not yet started of batches no longer in play."""

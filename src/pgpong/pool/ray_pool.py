@@ -133,6 +133,9 @@ class Feed(Protocol):
     remaining: int  # episodes still elsewhere, as last heard
 
     @property
+    def playable(self) -> int: ...  # of those, the episodes whose weights are out (not of an announced batch)
+
+    @property
     def exhausted(self) -> bool: ...  # nothing more will come: the run ends once its episodes are done
 
     def pending(self) -> list: ...  # the requests in flight, to wait on
@@ -142,6 +145,8 @@ class Feed(Protocol):
     def tidy(self, todo: deque) -> None: ...  # drop from `todo` what is no longer wanted
 
     def receive(self, ref: Any) -> list | None: ...  # what a finished request brought (None: not ours)
+
+    def waits(self, key: Any) -> bool: ...  # the episode's weights are still to come (an announced batch)
 
 
 class RayPool(OneBatchAtATime):
@@ -219,12 +224,13 @@ class RayPool(OneBatchAtATime):
         more = lambda: feed is not None and not feed.exhausted  # noqa: E731
         watch = self._watch.new_batch()
         self._hand = hand
+        waits = feed.waits if feed is not None else lambda key: False
         while todo or running or more():
             if feed is not None:
                 feed.tidy(todo)
                 feed.ask(len(todo), hand.free(), len(running))
             began = time.perf_counter()
-            for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0):
+            for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0, waits):
                 method, published, args = job(key)
                 # The episode as a list of numbers, which Ray's msgpack packs itself (a
                 # named tuple it pickles: about 15 us of this loop's 100 per call).
@@ -250,7 +256,8 @@ class RayPool(OneBatchAtATime):
                     continue
                 measures.bytes_in += _grad_bytes(result)
                 last_progress = time.monotonic()
-                hand.back(worker, idle=not todo and not (feed is not None and feed.remaining))
+                playable = feed.playable if feed is not None else 0  # (matches whose weights are out)
+                hand.back(worker, idle=not playable and (not todo or all(waits(key) for key, _ in todo)))
                 watch.done(worker, busy=hand.held.get(worker, 0) > 0)
                 yield key, result
             if not running and not todo and not more():  # the slowest episode is in: the barrier is over
@@ -274,6 +281,7 @@ class RayPool(OneBatchAtATime):
                 hand.join(worker)
         elif feed is not None:
             todo.extend(feed.receive(ref) or ())
+            hand.unpark(feed.waits)  # (if it was an announced batch's weights that came)
 
     def _result(self, ref: Any, worker: Any, hand: HandOut) -> Any:
         """The task's result, or None if its worker died (replaced here, once per death)."""

@@ -61,6 +61,21 @@ class PublishedWeights:
     ref: Any
 
 
+@dataclass(frozen=True)
+class WeightsToCome:
+    """A batch's weights before the driver has made them (the batch announced, its
+    matches handed out ahead): `ref` is a node leader's call to the queue that answers
+    once they are published, with their PublishedWeights (or the weights), or with
+    None if the batch was dropped. A worker given a match of it starts the call at
+    once and waits there, so the batch starts without a Ray call per match."""
+
+    ref: Any
+
+
+class Skipped:
+    """What a worker returns for a match of a batch dropped before its weights came."""
+
+
 def publish(weights: Params) -> tuple[PublishedWeights, float]:
     """The batch's weights in the object store, once (each worker fetches them once),
     and how long that took."""
@@ -81,10 +96,15 @@ class WeightsCache:
 
     def __init__(self) -> None:
         self._published: list[tuple[Any, Params]] = []  # (reference, weights), the newest last
+        self._answers: list[tuple[Any, Any]] = []  # (a WeightsToCome's reference, its answer), the newest last
 
-    def __call__(self, weights: Params | PublishedWeights) -> Params:
+    def __call__(self, weights: Params | PublishedWeights | WeightsToCome) -> Params | None:
+        """The weights (None: they never came, their batch was dropped)."""
         if isinstance(weights, Params):
             return weights
+        if isinstance(weights, WeightsToCome):
+            resolved = self.resolve(weights)
+            return None if resolved is None else self(resolved)
         for ref, params in self._published:
             if ref == weights.ref:
                 return params
@@ -93,6 +113,18 @@ class WeightsCache:
         params = ray.get(weights.ref, timeout=FETCH_SECONDS)
         self._published = [*self._published[1 - self.KEPT :], (weights.ref, params)]
         return params
+
+    def resolve(self, weights: WeightsToCome) -> Params | PublishedWeights | None:
+        """What the leader's call answers, once it does (the batch's weights are
+        published): asked once a batch, like the weights."""
+        import ray
+
+        for ref, answer in self._answers:
+            if ref == weights.ref:
+                return answer
+        answer = ray.get(weights.ref, timeout=FETCH_SECONDS)
+        self._answers = [*self._answers[1 - self.KEPT :], (weights.ref, answer)]
+        return answer
 
 
 class RolloutWorker:
@@ -112,18 +144,24 @@ class RolloutWorker:
     def _make_env(self) -> Any:
         return make_env(self.settings.env_id, self.settings.max_episode_steps)
 
-    def play(self, weights: Params | PublishedWeights, episode: EpisodeId | list[int]) -> Played:
+    def play(
+        self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int]
+    ) -> Played | Skipped:
         """Play the match; its stats and its gradient in fixed point, ready to be summed.
         (A pool sends the episode as a list of numbers: RayPool.run.)"""
         episode = EpisodeId(*episode)
         if self._hook:
             self._hook("play", episode)
-        settings = self.settings
-        result = play_episode(self.env, self._weights(weights), episode, settings.gamma, settings.entropy_bonus)
+        settings, params = self.settings, self._weights(weights)
+        if params is None:
+            return Skipped()
+        result = play_episode(self.env, params, episode, settings.gamma, settings.entropy_bonus)
         return Played(result.stats(), IntegerGradient.of(result.grad))
 
     def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId | list[int], greedy: bool) -> MatchResult:
-        return play_match(self.env, self._weights(weights), EpisodeId(*match), greedy)
+        params = self._weights(weights)
+        assert params is not None  # (evaluation's weights are always given)
+        return play_match(self.env, params, EpisodeId(*match), greedy)
 
     def pid(self) -> int:
         """This worker's process id; answering it also says the worker has started."""
