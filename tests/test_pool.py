@@ -157,7 +157,7 @@ def test_ray_pool_gives_each_match_to_the_first_free_worker(ray_instance, monkey
     local.close()
     for k, b in enumerate(expected):
         assert isinstance(b, Played)
-        np.testing.assert_array_equal(results[k].grad.W1_rows, b.grad.W1_rows)
+        np.testing.assert_array_equal(results[k].grad.W1_columns, b.grad.W1_columns)
         np.testing.assert_array_equal(results[k].grad.columns, b.grad.columns)
 
 

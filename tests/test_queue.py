@@ -93,6 +93,7 @@ class FakeQueue:
         self.answers: deque = deque()
         self.waits: list[bool] = []
         self.take = self
+        self.weights_for: Any = None  # (a test that needs it sets it)
 
     def remote(self, node, free, known, size, wait):
         import ray
@@ -132,7 +133,7 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
     answer = queue.take(node=0, free=4, size=4)
     assert [(b, p) for b, p, _ in answer.given] == [(1, 0), (1, 1), (1, 2), (2, 0)]
     assert answer.jobs[2][1] is None and answer.jobs[1][1] is not None
-    assert (answer.left, answer.playable) == (4, 0)
+    assert (answer.left, answer.left_of, answer.announced) == (4, {2: 4}, (2,))
     waiting = Answered(queue.weights_for, 2)
     assert waiting.is_alive()  # no weights yet
     weights = Params.initial(8, 5)
@@ -142,7 +143,7 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
 
     got = ray.get(waiting.answer.ref)
     assert np.array_equal(got.W1, weights.W1) and np.array_equal(got.W2, weights.W2)
-    assert queue.take(node=0, free=1, size=4).playable == 3  # (the batch's other matches are playable now)
+    assert queue.take(node=0, free=1, size=4).announced == ()  # (the batch's other matches are playable now)
     assert queue.weights_for(2, by_value=True) is not None  # a copy for a leader of another node
     queue.add(3, episodes(3, 2), "play", None)
     dropped = Answered(queue.weights_for, 3)
@@ -163,3 +164,31 @@ class Answered(threading.Thread):
 
     def run(self):
         self.answer = self.call(*self.args)
+
+
+def test_a_leader_asks_for_an_announced_batchs_weights_once_and_its_matches_are_playable_when_they_come():
+    """The leader's side: an announced batch's job brings one call for its weights,
+    which the leader follows; until it is answered the batch's matches wait and are
+    not counted playable, and matches of this batch left in the queue (not the next's)
+    say whether more of it may come here."""
+    import ray
+
+    queue = FakeQueue()
+
+    @ray.remote
+    def weights_for(batch, by_value):
+        return "published weights"
+
+    queue.weights_for = weights_for
+    feed = QueueFeed(queue, node=0, copy_weights=False, workers=2)
+    given = [(1, 0, EpisodeId(7, 1, 0)), (2, 0, EpisodeId(7, 2, 0))]
+    jobs = {1: ("play", "weights", ()), 2: ("play", None, ())}
+    queue.answers.append(Answer(given, jobs, 3, (1, 2), True, left_of={2: 3}, announced=(2,)))
+    feed.ask(local=0, free=2)
+    assert len(feed.receive(feed.pending()[0]) or []) == 2
+    assert feed.waits((2, 0)) and not feed.waits((1, 0))
+    assert (feed.playable, feed.left_of(1), feed.left_of(2)) == (0, 0, 3)  # nothing more of batch 1 comes
+    [call] = feed.pending()  # the call for batch 2's weights
+    assert feed.job((2, 0))[1].ref == call
+    ray.get(call)
+    assert feed.receive(call) == [] and not feed.waits((2, 0)) and feed.playable == 3

@@ -26,12 +26,13 @@ def random_gradients(count: int, seed: int = 0) -> list[EpisodeGradient]:
     return grads
 
 
-def exact_sum(grads, order=None, groups=1):
-    """The exact sum of `grads` taken in `order`, in `groups` partial sums added in reverse."""
+def exact_sum(grads, order=None, groups=1, as_sent=True):
+    """The exact sum of `grads` taken in `order`, in `groups` partial sums added in
+    reverse; each match added as a worker sends it (float32) or first in fixed point."""
     order = range(len(grads)) if order is None else order
     parts = [ExactSum(H) for _ in range(groups)]
     for i, k in enumerate(order):
-        parts[i % groups].add(IntegerGradient.of(grads[k]))
+        parts[i % groups].add(grads[k] if as_sent else IntegerGradient.of(grads[k]))
     total = ExactSum(H)
     for part in reversed(parts):
         total.add(part.compact())
@@ -42,8 +43,8 @@ def test_any_order_and_any_grouping_give_the_same_bits():
     grads = random_gradients(50, seed=1)
     reference = exact_sum(grads)
     rng = np.random.default_rng(2)
-    for groups in (1, 3, 7):
-        shuffled = exact_sum(grads, rng.permutation(len(grads)), groups)
+    for groups, as_sent in ((1, False), (3, True), (7, False), (7, True)):
+        shuffled = exact_sum(grads, rng.permutation(len(grads)), groups, as_sent)
         np.testing.assert_array_equal(shuffled.W1, reference.W1)
         np.testing.assert_array_equal(shuffled.W2, reference.W2)
     # a float32 sum in another order differs in its bits (so the test could fail)
@@ -82,11 +83,21 @@ def test_a_match_keeps_only_the_pixels_it_touched():
     assert not dense.W1[:, untouched].any()
 
 
+def test_a_match_sent_in_float32_is_written_in_fixed_point_as_numpy_writes_it_ties_to_even():
+    ties = np.array([3, 5, -5, 7, 1], np.float32) * np.float32(2.0**-37)  # 1.5, 2.5, -2.5, 3.5, 0.5 units
+    grad = EpisodeGradient(np.array([10], np.int16), np.asfortranarray(ties.reshape(5, 1)), np.zeros(5, np.float32))
+    sent, fixed = ExactSum(5), ExactSum(5)
+    sent.add(grad)
+    fixed.add(IntegerGradient.of(grad))
+    assert sent.W1[10].tolist() == fixed.W1[10].tolist() == [2, 2, -2, 4, 0]
+
+
+@pytest.mark.parametrize("as_sent", [True, False])
 @pytest.mark.parametrize("bad", [MAX_VALUE, np.inf, np.nan])
-def test_a_value_too_large_to_sum_exactly_makes_the_sum_nan(bad):
+def test_a_value_too_large_to_sum_exactly_makes_the_sum_nan(bad, as_sent):
     grads = random_gradients(3, seed=5)
     grads[1].W1_columns[0, 0] = bad
-    total = exact_sum(grads)
+    total = exact_sum(grads, as_sent=as_sent)
     assert np.isnan(total.W2).all()  # the trainer stops the run, as for a NaN gradient
 
 

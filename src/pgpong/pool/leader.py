@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgpong.placement import REPORT_SECONDS
+from pgpong.policy import EpisodeGradient
 from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings, kept_for_life
 from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.queue import QueueFeed
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import NodeShare
-from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
+from pgpong.pool.sums import SUMMING, ExactSum, Played
 from pgpong.pool.worker import Skipped, WorkerKind
 
 
@@ -60,7 +61,7 @@ class NodeLeader:
         feed = QueueFeed(queue, node, copy_weights=copy, workers=self.pool.num_workers)
         sums: dict[int, tuple[ExactSum, list[int]]] = {}  # batch -> its sum on this node, and of which positions
         ahead: dict[int, Any] = {}  # batch -> the reducer's answer to the sum sent ahead of its last match here
-        alone: dict[int, tuple[IntegerGradient, list[int]]] = {}  # batch -> that last match, once played
+        alone: dict[int, tuple[EpisodeGradient, list[int]]] = {}  # batch -> that last match, once played
         finished: Finished = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
         for (batch, position), result in _played(self.pool.run(deque(), feed.job, measures=measures, feed=feed), feed):
@@ -88,7 +89,7 @@ class NodeLeader:
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
-            elif left == 1 and not feed.remaining and batch in sums and batch not in ahead:
+            elif left == 1 and not feed.left_of(batch) and batch in sums and batch not in ahead:
                 # One match of the batch still plays here and no more will come: what is
                 # summed goes ahead, so that the last hand-over carries one match, not the
                 # node's sum (its transfer and its addition were most of an update's end).
@@ -114,7 +115,7 @@ class NodeLeader:
         reducer: Any,
         batch: int,
         node: int,
-        part: ExactSum | IntegerGradient,
+        part: ExactSum | EpisodeGradient,
         summed: list[int],
         measures: BatchMeasures,
         share: NodeShare | None,
@@ -128,10 +129,10 @@ class NodeLeader:
         began = time.perf_counter()
         if isinstance(part, ExactSum):
             measures.add_seconds(SUMMING, part.seconds)
-            part = part.compact()
+        sent = part.compact() if isinstance(part, ExactSum) else part
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
-        added = reducer.add.remote(batch, node, ray.put(part), summed, share)
+        added = reducer.add.remote(batch, node, ray.put(sent), summed, share)
         measures.add_seconds("send the sum", time.perf_counter() - began)
         return added
 

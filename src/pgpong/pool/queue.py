@@ -66,7 +66,8 @@ class Answer:
     in_play: tuple[int, ...]  # the batches in play (a node drops the matches it holds of any other)
     more: bool  # more may come before the batches in play are over (--lag 1): ask again, and wait
     stopped: bool = False  # the pool is closing: the node's run ends
-    playable: int = 0  # of the matches left, those of batches whose weights are published
+    left_of: dict[int, int] = field(default_factory=dict)  # the matches left, by batch
+    announced: tuple[int, ...] = ()  # the batches in play whose weights are still to come
 
 
 @dataclass
@@ -183,8 +184,10 @@ class WorkQueue:
         self.handed += len(given)
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
-        playable = sum(len(queued.todo) for queued in self.batches.values() if queued.job[1] is not None)
-        return Answer(given, jobs, left - len(given), tuple(self.batches), self.overlapping, self.stopped, playable)
+        left_of = {batch: len(queued.todo) for batch, queued in self.batches.items() if queued.todo}
+        announced = tuple(batch for batch, queued in self.batches.items() if queued.job[1] is None)
+        in_play = tuple(self.batches)
+        return Answer(given, jobs, left - len(given), in_play, self.overlapping, self.stopped, left_of, announced)
 
     @_locked
     def stop(self) -> None:
@@ -268,7 +271,9 @@ class QueueFeed:
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
         self.remaining = 1  # unknown until the first answer: at least one
-        self._playable = 1  # of those, the matches whose weights were published, at the answer
+        self._left_of: dict[int, int] = {}  # of those, by batch
+        self._announced: set[int] = set()  # the batches whose weights were still to come, as last heard
+        self._came: set[int] = set()  # the newest announced batches whose weights came
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
@@ -285,7 +290,11 @@ class QueueFeed:
     @property
     def playable(self) -> int:
         """The matches left in the queue, as last heard, but those whose weights are still to come."""
-        return self._playable if self._to_come else self.remaining
+        return sum(left for batch, left in self._left_of.items() if batch not in self._announced)
+
+    def left_of(self, batch: int) -> int:
+        """The batch's matches left in the queue, as last heard."""
+        return self._left_of.get(batch, 0)
 
     def pending(self) -> list:
         return [*([self._request] if self._request is not None else []), *self._to_come]
@@ -308,7 +317,9 @@ class QueueFeed:
         """The matches a request brought, as ((batch, position), episode) (none when an
         announced batch's weights came); None if `ref` is not ours."""
         if ref in self._to_come:
-            del self._to_come[ref]
+            batch = self._to_come.pop(ref)
+            self._announced.discard(batch)
+            self._came = {*sorted(self._came)[-self.KEEP_JOBS :], batch}
             return []
         if ref != self._request:
             return None
@@ -317,7 +328,7 @@ class QueueFeed:
         self._request = None
         answer: Answer = ray.get(ref)
         given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
-        self._playable = answer.playable
+        self._left_of, self._announced = answer.left_of, set(answer.announced) - self._came
         self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
         for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
             del self.jobs[batch]

@@ -64,7 +64,12 @@ class Reducer:
         self.batches[batch] = Summing(matches)
 
     async def add(
-        self, batch: int, node: int, part: IntegerGradient, positions: list[int], share: NodeShare | None
+        self,
+        batch: int,
+        node: int,
+        part: IntegerGradient | EpisodeGradient,
+        positions: list[int],
+        share: NodeShare | None,
     ) -> bool:
         """Add `node`'s sum (of the matches at `positions`: all it played of the batch,
         or those it sent ahead of its last, without `share`); False if the batch is over

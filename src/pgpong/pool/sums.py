@@ -6,10 +6,12 @@ gradient is written in fixed point, every value rounded to the nearest multiple 
 2**-36 in an int64 (exact: float32 -> float64 -> times a power of two -> round half to
 even), and the integers are summed wherever it suits the pool: in the driver as the
 matches come in, on a node as its workers finish, and node sums in whatever order the
-nodes finish. The batch's sum is then turned back into float32 once. So the weights
-are the same to the bit for any number of workers and nodes, whoever played which
-match and whenever, after faults, lost nodes and resumes, and the schedule is free to
-give each match to whichever worker is free.
+nodes finish. (A worker sends its match's gradient in float32, half the bytes of its
+fixed point, which is written as the gradient is added, in one compiled pass.) The
+batch's sum is then turned back into float32 once. So the weights are the same to
+the bit for any number of workers and nodes, whoever played which match and
+whenever, after faults, lost nodes and resumes, and the schedule is free to give
+each match to whichever worker is free.
 
 Range: a match's values must stay below 2**14 = 16,384 (a new policy's stay below 3,
 the shipped agent's below 14), so each is below 2**50 in fixed point and a sum of up
@@ -25,6 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from pgpong.frames import D
@@ -52,13 +55,10 @@ class IntegerGradient:
     @classmethod
     def of(cls, grad: EpisodeGradient) -> IntegerGradient:
         """One match's float32 gradient in fixed point."""
-        W1 = grad.W1_columns.T.astype(np.float64)  # (n, H)
-        W2 = grad.W2.astype(np.float64)
-        big = max(np.abs(W1).max(initial=0.0), np.abs(W2).max(initial=0.0))
-        if not big < MAX_VALUE:  # NaN too
+        if not in_range(grad):
             hidden = len(grad.W2)
             return cls(np.zeros(0, np.int16), np.zeros((0, hidden), np.int64), np.zeros(hidden, np.int64), 1, True)
-        return cls(grad.columns, _fixed(W1), _fixed(W2))
+        return cls(grad.columns, _fixed(grad.W1_columns.T.astype(np.float64)), _fixed(grad.W2.astype(np.float64)))
 
     @property
     def nbytes(self) -> int:
@@ -78,6 +78,22 @@ def _fixed(values: np.ndarray) -> np.ndarray:
     return np.rint(values * _SCALE).astype(np.int64)
 
 
+def in_range(grad: EpisodeGradient) -> bool:
+    """Whether every value of a match's gradient is finite and below MAX_VALUE."""
+    big = max(np.abs(grad.W1_columns).max(initial=0.0), np.abs(grad.W2).max(initial=0.0))
+    return bool(big < MAX_VALUE)  # (False for NaN too)
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_fixed(total: np.ndarray, columns: np.ndarray, W1_columns: np.ndarray) -> None:
+    """total[columns[j]] += W1_columns[:, j] in fixed point, as _fixed writes it: in
+    one pass, with no array in between (W1_columns in Fortran order, each column whole)."""
+    for j in range(columns.shape[0]):
+        row = total[columns[j]]
+        for i in range(W1_columns.shape[0]):
+            row[i] += np.int64(np.rint(np.float64(W1_columns[i, j]) * _SCALE))
+
+
 class ExactSum:
     """Adds up gradients in fixed point: the same total in any order and grouping."""
 
@@ -89,19 +105,29 @@ class ExactSum:
         self.too_large = False
         self.seconds = 0.0  # spent adding and turning the sum into floats
 
-    def add(self, grad: IntegerGradient) -> None:
+    def add(self, grad: IntegerGradient | EpisodeGradient) -> None:
+        """Add a sum in fixed point, or one match's float32 gradient."""
         began = time.perf_counter()
         self._add(grad)
         self.seconds += time.perf_counter() - began
 
-    def _add(self, grad: IntegerGradient) -> None:
-        if grad.too_large:
+    def _add(self, grad: IntegerGradient | EpisodeGradient) -> None:
+        if isinstance(grad, EpisodeGradient):  # one match's, in float32
+            if not in_range(grad):
+                self.too_large = True
+            else:
+                _add_fixed(self.W1, grad.columns, grad.W1_columns)
+                self.W2 += _fixed(grad.W2.astype(np.float64))
+                self.touched[grad.columns] = True
+            self.matches += 1
+        elif grad.too_large:
             self.too_large = True
+            self.matches += grad.matches
         else:
             self.W1[grad.columns] += grad.W1_rows
             self.W2 += grad.W2
             self.touched[grad.columns] = True
-        self.matches += grad.matches
+            self.matches += grad.matches
         if self.matches > MAX_MATCHES:
             raise ValueError(f"an exact sum holds at most {MAX_MATCHES} matches")
 
@@ -122,7 +148,7 @@ class ExactSum:
 @dataclass
 class Played:
     """A match as a rollout worker returns it to be summed: what the driver keeps of it
-    (its stats) and its gradient in fixed point."""
+    (its stats) and its float32 gradient (written in fixed point where it is added)."""
 
     stats: EpisodeStats
-    grad: IntegerGradient
+    grad: EpisodeGradient

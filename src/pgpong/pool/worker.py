@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from pgpong.envs import make_env
 from pgpong.policy import Params
 from pgpong.pool.base import WorkerSettings
-from pgpong.pool.sums import IntegerGradient, Played
+from pgpong.pool.sums import Played
 from pgpong.rollout import EpisodeId, MatchResult, compile_kernels, play_episode, play_match
 
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
@@ -147,7 +147,7 @@ class RolloutWorker:
     def play(
         self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int]
     ) -> Played | Skipped:
-        """Play the match; its stats and its gradient in fixed point, ready to be summed.
+        """Play the match; its stats and its gradient, to be summed exactly (sums.py).
         (A pool sends the episode as a list of numbers: RayPool.run.)"""
         episode = EpisodeId(*episode)
         if self._hook:
@@ -156,7 +156,7 @@ class RolloutWorker:
         if params is None:
             return Skipped()
         result = play_episode(self.env, params, episode, settings.gamma, settings.entropy_bonus)
-        return Played(result.stats(), IntegerGradient.of(result.grad))
+        return Played(result.stats(), result.grad)
 
     def evaluate(self, weights: Params | PublishedWeights, match: EpisodeId | list[int], greedy: bool) -> MatchResult:
         params = self._weights(weights)
