@@ -153,3 +153,60 @@ def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
     proc = run_pgpong("bench", *args)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(
+    ray_instance, monkeypatch
+):
+    """A simulating process takes a slot's calls in any order (on its threads): the
+    call of an announced batch's match, which waits for weights that wait for this
+    batch, must not keep the slot's match of this batch from playing (it did: at 11x18
+    every slot's process stopped until the stuck-worker watch ended it)."""
+    import threading
+
+    import numpy as np
+    import ray
+
+    import pgpong.bench.simulate as simulate
+    from pgpong.policy import EpisodeGradient, Params
+    from pgpong.pool import WorkerSettings
+    from pgpong.pool.sums import Played
+    from pgpong.pool.worker import WeightsToCome, publish
+    from pgpong.rollout import EpisodeResult
+
+    @ray.remote
+    class Gate:
+        def __init__(self):
+            import asyncio
+
+            self.event = asyncio.Event()
+
+        async def wait(self, value):
+            await self.event.wait()
+            return value
+
+        async def open(self):
+            self.event.set()
+
+    monkeypatch.setattr(simulate, "kept_for_life", lambda: None)  # (not in the test's process)
+    grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
+    banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=20, seconds=0.01).stats(), grad)
+    process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=0.001)
+    weights, gate = Params.initial(4, 0), Gate.remote()
+    results: dict[str, Any] = {}
+
+    def play(name, with_weights, batch):
+        results[name] = process.play(with_weights, [0, batch, 0], 0)
+
+    later = threading.Thread(target=play, args=("next", WeightsToCome(gate.wait.remote(publish(weights)[0])), 2))
+    later.start()
+    time.sleep(0.2)  # it waits for its weights
+    now = threading.Thread(target=play, args=("this", weights, 1))
+    now.start()
+    now.join(10)
+    finished_first = not now.is_alive()
+    ray.get(gate.open.remote())
+    later.join(10)
+    now.join(10)
+    assert finished_first and results["this"].stats.episode.batch == 1
+    assert not later.is_alive() and results["next"].stats.episode.batch == 2

@@ -68,14 +68,14 @@ class SimulatedWorkers:
         self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int], slot: int = 0
     ) -> Played | Skipped:
         episode = EpisodeId(*episode)
+        if isinstance(weights, WeightsToCome):  # waited for before the slot's lock (and without the guard):
+            resolved = self._weights.resolve(weights)  # the slot's calls may start in any order, and the
+            if resolved is None:  # match before this one, of the batch before, must not wait behind it
+                return Skipped()
+            weights = resolved
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another
-            if isinstance(weights, WeightsToCome):  # waited for without the guard: other slots go on
-                resolved = self._weights.resolve(weights)
-                if resolved is None:
-                    return Skipped()
-                weights = resolved
             began = time.perf_counter()
             with self._guard:
                 self._weights(weights)  # fetched once a batch, as a real worker does
