@@ -155,9 +155,7 @@ def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(
-    ray_instance, monkeypatch
-):
+def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(ray_instance, monkeypatch):
     """A simulating process takes a slot's calls in any order (on its threads): the
     call of an announced batch's match, which waits for weights that wait for this
     batch, must not keep the slot's match of this batch from playing (it did: at 11x18
