@@ -190,7 +190,7 @@ def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch
     grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
     banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=20, seconds=0.01).stats(), grad)
     process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=0.001)
-    weights, gate = Params.initial(4, 0), Gate.remote()
+    weights, gate = Params.initial(4, 0), Gate.remote()  # type: ignore[attr-defined]
     results: dict[str, Any] = {}
 
     def play(name, with_weights, batch):
