@@ -144,7 +144,6 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
     got = ray.get(waiting.answer.ref)
     assert np.array_equal(got.W1, weights.W1) and np.array_equal(got.W2, weights.W2)
     assert queue.take(node=0, free=1, size=4).announced == ()  # (the batch's other matches are playable now)
-    assert queue.weights_for(2, by_value=True) is not None  # a copy for a leader of another node
     queue.add(3, episodes(3, 2), "play", None)
     dropped = Answered(queue.weights_for, 3)
     queue.drop(3)
@@ -176,7 +175,7 @@ def test_a_leader_asks_for_an_announced_batchs_weights_once_and_its_matches_are_
     queue = FakeQueue()
 
     @ray.remote
-    def weights_for(batch, by_value):
+    def weights_for(batch):
         return "published weights"
 
     queue.weights_for = weights_for

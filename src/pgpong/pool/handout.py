@@ -46,6 +46,12 @@ class Watch:
         return [worker for worker, since in self._since.items() if now - since > limit]
 
 
+def plentiful(todo: deque, playable: int, workers: int, waits: Callable[[Any], bool]) -> bool:
+    """Whether the next episode may go to a worker behind the one it plays: it can play
+    now, and at least two per worker that can are left."""
+    return not waits(todo[0][0]) and playable >= 2 * workers
+
+
 class HandOut:
     """Which worker gets the next episode, in constant time per event.
 
@@ -70,16 +76,19 @@ class HandOut:
         self, todo: deque, elsewhere: int = 0, waits: Callable[[Any], bool] = lambda key: False
     ) -> Iterator[tuple[Any, Any]]:
         """(worker, episode) for every episode handed out now, taken from `todo`;
-        `elsewhere` more are still to come (a cluster's queue); `waits(key)`: that
-        episode's weights are still to come."""
+        `elsewhere` more that can play are still to come (a cluster's queue);
+        `waits(key)`: that episode's weights are still to come (it goes to a free
+        worker only, and does not count as plentiful)."""
+        playable = sum(1 for key, _ in todo if not waits(key))
         for depth in range(LOOKAHEAD):
             queue = self._with[depth]
-            while todo and queue and (depth == 0 or len(todo) + elsewhere >= 2 * len(self.held)):
+            while todo and queue and (depth == 0 or plentiful(todo, playable + elsewhere, len(self.held), waits)):
                 worker = queue.popleft()
                 if self.held.get(worker) != depth or worker in self._parked:  # stale, or parked
                     continue
                 self.held[worker] = depth + 1
                 item = todo.popleft()
+                playable -= not waits(item[0])
                 if waits(item[0]):
                     self._parked[worker] = item[0]
                     self._idle_since.setdefault(worker, time.perf_counter())

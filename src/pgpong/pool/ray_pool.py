@@ -230,7 +230,7 @@ class RayPool(OneBatchAtATime):
                 feed.tidy(todo)
                 feed.ask(len(todo), hand.free(), len(running))
             began = time.perf_counter()
-            for worker, (key, episode) in hand.out(todo, feed.remaining if feed is not None else 0, waits):
+            for worker, (key, episode) in hand.out(todo, feed.playable if feed is not None else 0, waits):
                 method, published, args = job(key)
                 # The episode as a list of numbers, which Ray's msgpack packs itself (a
                 # named tuple it pickles: about 15 us of this loop's 100 per call).

@@ -65,8 +65,8 @@ class PublishedWeights:
 class WeightsToCome:
     """A batch's weights before the driver has made them (the batch announced, its
     matches handed out ahead): `ref` is a node leader's call to the queue that answers
-    once they are published, with their PublishedWeights (or the weights), or with
-    None if the batch was dropped. A worker given a match of it starts the call at
+    once they are published, with their PublishedWeights, or with None if the batch
+    was dropped. A worker given a match of it starts the call at
     once and waits there, so the batch starts without a Ray call per match."""
 
     ref: Any
@@ -114,7 +114,7 @@ class WeightsCache:
         self._published = [*self._published[1 - self.KEPT :], (weights.ref, params)]
         return params
 
-    def resolve(self, weights: WeightsToCome) -> Params | PublishedWeights | None:
+    def resolve(self, weights: WeightsToCome) -> PublishedWeights | None:
         """What the leader's call answers, once it does (the batch's weights are
         published): asked once a batch, like the weights."""
         import ray
