@@ -23,10 +23,10 @@ def test_a_parked_worker_gets_nothing_behind_its_waiting_episode_and_is_idle_unt
     assert given == [("a", (10, "x")), ("b", (0, "y")), ("b", (1, "z"))]  # nothing behind a's waiting one
     time.sleep(0.02)
     assert 0.02 <= hand.idle_seconds() < 1  # a waits: idle
-    hand.unpark(waits)  # still waiting
+    assert hand.unpark(waits) == [] and hand.parked() == 1  # still waiting
     assert hand.idle_seconds() >= 0.02
     waiting.clear()  # its weights came
-    hand.unpark(waits)
+    assert hand.unpark(waits) == ["a"] and hand.parked() == 0  # (the pool watches it from now on)
     assert hand.idle_seconds() == 0
     assert list(hand.out(deque([(3, "v")]), elsewhere=10, waits=waits)) == [("a", (3, "v"))]  # now it may hold one more
     hand.back("a", idle=False)

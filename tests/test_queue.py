@@ -85,6 +85,20 @@ def test_a_waiting_request_is_answered_by_the_next_batch_and_by_a_stop():
     assert queue.call_counts() == {"take": 4, "empty take": 2}
 
 
+def test_a_lost_nodes_request_still_waiting_gets_nothing_of_what_was_given_back_for_it():
+    """A leader lost while its request waits in the queue (Ray does not end a call when
+    its caller dies): the matches given back must go to the others, not to it."""
+    queue = WorkQueue(workers=4)
+    queue.add(1, episodes(1, 4), "play", Params.initial(8, 0))
+    assert len(queue.take(node=0, free=2, size=2).given) == 2 and len(queue.take(node=1, free=2, size=2).given) == 2
+    stale = Waiting(queue, node=0, free=2, size=2)  # node 0's request, waiting, as its node goes
+    assert stale.is_alive()
+    assert queue.give_back(0) == 2
+    stale.join(5)
+    assert stale.answer.given == [] and stale.answer.stopped
+    assert [position for _, position, _ in queue.take(node=1, free=2, size=2).given] == [0, 1]
+
+
 class FakeQueue:
     """Answers a leader's requests with what a test sets, through Ray's store, and
     remembers whether each was to wait."""

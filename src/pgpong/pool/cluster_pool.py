@@ -157,8 +157,8 @@ class ClusterPool:
         them): its matches are handed out as workers free up, and each worker given
         one waits for the weights in its call, so the batch starts when they come,
         without a Ray call per match then. A ticket for publish and collect."""
-        measures = BatchMeasures()
-        batch, playing = self._add("play", None, episodes, measures), self._in_play.get(self._batch)
+        measures, playing = BatchMeasures(), self._in_play.get(self._batch)
+        batch = self._add("play", None, episodes, measures)
         if playing is not None:  # the time it took is the update's of the batch in play
             playing.measures.add_seconds(PUBLISHING, measures.seconds.pop(PUBLISHING))
         self._announced[batch] = episodes

@@ -98,14 +98,19 @@ class HandOut:
                     self._with[depth + 1].append(worker)
                 yield worker, item
 
-    def unpark(self, waits: Callable[[Any], bool]) -> None:
-        """The parked workers whose weights have come start: they are no longer idle."""
-        for worker, key in list(self._parked.items()):
-            if not waits(key):
-                del self._parked[worker]
-                self._idle_since.pop(worker, None)
-                if self.held.get(worker) == 1:
-                    self._with[1].append(worker)
+    def unpark(self, waits: Callable[[Any], bool]) -> list:
+        """The parked workers whose weights have come start: they are no longer idle. Those workers."""
+        started = [worker for worker, key in self._parked.items() if not waits(key)]
+        for worker in started:
+            del self._parked[worker]
+            self._idle_since.pop(worker, None)
+            if self.held.get(worker) == 1:
+                self._with[1].append(worker)
+        return started
+
+    def parked(self) -> int:
+        """How many workers wait for their episode's weights."""
+        return len(self._parked)
 
     def back(self, worker: Any, idle: bool) -> None:
         """`worker` finished an episode; `idle`: nothing is left to hand out."""

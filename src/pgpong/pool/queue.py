@@ -64,7 +64,7 @@ class Answer:
     jobs: dict[int, Job]  # the jobs of their batches the node did not know
     left: int  # matches left in the queue after these
     in_play: tuple[int, ...]  # the batches in play (a node drops the matches it holds of any other)
-    more: bool  # more may come before the batches in play are over (--lag 1): ask again, and wait
+    more: bool  # more may come before the batches in play are over (a batch announced, --lag 1): ask again, wait
     stopped: bool = False  # the pool is closing: the node's run ends
     left_of: dict[int, int] = field(default_factory=dict)  # the matches left, by batch
     announced: tuple[int, ...] = ()  # the batches in play whose weights are still to come
@@ -89,7 +89,8 @@ class WorkQueue:
         self.reports: list[Heard] = []
         self.replaced: dict[int, int] = {}  # node -> workers its leader has replaced, as last reported
         self.handed = 0  # matches handed out, those handed out again included
-        self.overlapping = False  # a batch was added while another was in play (--lag 1): more may come any time
+        self.overlapping = False  # a batch was added while another was in play (announced, --lag 1): more may come
+        self.lost: set[int] = set()  # nodes given back: a request of theirs still here gets nothing
         self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
         self.stopped = False
         # One lock for all of it: the actor answers calls on several threads, so that a
@@ -156,14 +157,16 @@ class WorkQueue:
         batches but those `known` to the node (each job holds a reference to the
         weights, which Ray counts each time one is passed); how many matches are left;
         the batches in play (a node drops the matches it holds of any other); and
-        whether more may come before the batches in play are over (with --lag 1 the
-        next batch is added while this one plays; without, the driver adds it only
-        after, so a node does not ask again until it has nothing at all to do). With
-        `wait`, an empty answer waits until there are matches again (or the queue
-        stops): a node with nothing to do waits here for the next batch."""
+        whether more may come before the batches in play are over (the next batch is
+        announced, or with --lag 1 added, while this one plays; when the driver adds
+        a batch only after the last, a node does not ask again until it has nothing at
+        all to do). With `wait`, an empty answer waits until there are matches again
+        (or the queue stops): a node with nothing to do waits here for the next batch.
+        A lost node's request (its leader gone, the request still here) gets nothing:
+        the matches given back for it are for the others."""
         self.calls["take"] += 1
         answer = self._answer(node, free, known, size)
-        while wait and not answer.given and not self.stopped:
+        while wait and not answer.given and not answer.stopped:
             self._lock.wait()
             answer = self._answer(node, free, known, size)
         if not answer.given:
@@ -171,6 +174,8 @@ class WorkQueue:
         return answer
 
     def _answer(self, node: int, free: int, known: tuple[int, ...], size: int) -> Answer:
+        if node in self.lost:
+            return Answer([], {}, 0, (), False, stopped=True)
         left = sum(len(queued.todo) for queued in self.batches.values())
         playable = sum(len(queued.todo) for queued in self.batches.values() if queued.job[1] is not None)
         # Sized by the matches that can play now: an announced batch's, waiting for
@@ -222,6 +227,7 @@ class WorkQueue:
         each batch, those in `keep` (already in the batch's sum), or, for a batch not
         in `keep` (evaluated: a match's result is all there is of it), those it reported."""
         lost_count = 0
+        self.lost.add(node)
         for batch, queued in self.batches.items():
             reported = queued.reported.pop(node, set())
             kept = set(keep[batch]) if keep is not None and batch in keep else reported
@@ -311,7 +317,7 @@ class QueueFeed:
         if self._request is not None or local >= free or self._stopped:
             return
         wait = self._empty
-        if wait and not self._more and (local or busy):  # no lag: the batch's last matches play here
+        if wait and not self._more and (local or busy):  # nothing more comes: the batch's last matches play here
             return
         self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers, wait)
 

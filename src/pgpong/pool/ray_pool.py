@@ -230,12 +230,8 @@ class RayPool(OneBatchAtATime):
                 feed.tidy(todo)
                 feed.ask(len(todo), hand.free(), len(running))
             began = time.perf_counter()
-            for worker, (key, episode) in hand.out(todo, feed.playable if feed is not None else 0, waits):
-                method, published, args = job(key)
-                # The episode as a list of numbers, which Ray's msgpack packs itself (a
-                # named tuple it pickles: about 15 us of this loop's 100 per call).
-                running[getattr(worker, method).remote(published, list(episode), *args)] = (worker, key, episode)
-                watch.busy(worker)
+            handed = hand.out(todo, feed.playable if feed is not None else 0, waits)
+            self._start(handed, job, running, waits)
             measures.add_seconds(HANDING_OUT, time.perf_counter() - began)
             for worker in watch.stuck():  # its calls fail now, and go to the dead-worker path below
                 ray.kill(process_of(worker), no_restart=True)
@@ -262,12 +258,25 @@ class RayPool(OneBatchAtATime):
                 yield key, result
             if not running and not todo and not more():  # the slowest episode is in: the barrier is over
                 measures.barrier_s = hand.idle_seconds() / max(1, len(crew.ready))
-            if not running and not todo:  # waiting for the feed, which may wait for the next batch
-                last_progress = time.monotonic()
+            if len(running) <= hand.parked() and all(waits(key) for key, _ in todo):
+                last_progress = time.monotonic()  # waiting for the feed or for weights: for the next batch
             if time.monotonic() - last_progress > stall_s:
                 raise PoolError(f"no episode finished in {stall_s:.0f} s; giving up")
             if not crew.ready and not crew.starting:
                 raise PoolError("no rollout worker is left")
+
+    def _start(
+        self, handed: Iterator[tuple[Any, Any]], job: Callable[[Any], Job], running: dict, waits: Callable
+    ) -> None:
+        """Call the worker of each episode handed out (`running` gets the call); it is
+        watched from now on, or, waiting for its weights, once they come."""
+        for worker, (key, episode) in handed:
+            method, published, args = job(key)
+            # The episode as a list of numbers, which Ray's msgpack packs itself (a
+            # named tuple it pickles: about 15 us of this loop's 100 per call).
+            running[getattr(worker, method).remote(published, list(episode), *args)] = (worker, key, episode)
+            if not waits(key):
+                self._watch.busy(worker)
 
     def idle_seconds(self) -> float:
         """The seconds the workers of the run in progress have been idle, with nothing
@@ -281,7 +290,8 @@ class RayPool(OneBatchAtATime):
                 hand.join(worker)
         elif feed is not None:
             todo.extend(feed.receive(ref) or ())
-            hand.unpark(feed.waits)  # (if it was an announced batch's weights that came)
+            for worker in hand.unpark(feed.waits):  # (if it was an announced batch's weights that came)
+                self._watch.busy(worker)
 
     def _result(self, ref: Any, worker: Any, hand: HandOut) -> Any:
         """The task's result, or None if its worker died (replaced here, once per death)."""

@@ -80,8 +80,8 @@ def _fixed(values: np.ndarray) -> np.ndarray:
 
 def in_range(grad: EpisodeGradient) -> bool:
     """Whether every value of a match's gradient is finite and below MAX_VALUE."""
-    big = max(np.abs(grad.W1_columns).max(initial=0.0), np.abs(grad.W2).max(initial=0.0))
-    return bool(big < MAX_VALUE)  # (False for NaN too)
+    W1_big, W2_big = np.abs(grad.W1_columns).max(initial=0.0), np.abs(grad.W2).max(initial=0.0)
+    return bool(W1_big < MAX_VALUE and W2_big < MAX_VALUE)  # (False for NaN, each apart: max() would drop one)
 
 
 @numba.njit(cache=True, nogil=True)
