@@ -88,8 +88,9 @@ class HandOut:
                     continue
                 self.held[worker] = depth + 1
                 item = todo.popleft()
-                playable -= not waits(item[0])
-                if waits(item[0]):
+                waiting = waits(item[0])
+                playable -= not waiting
+                if waiting:
                     self._parked[worker] = item[0]
                     self._idle_since.setdefault(worker, time.perf_counter())
                 else:

@@ -95,8 +95,8 @@ class WeightsCache:
     KEPT = 2
 
     def __init__(self) -> None:
-        self._published: list[tuple[Any, Params]] = []  # (reference, weights), the newest last
-        self._answers: list[tuple[Any, Any]] = []  # (a WeightsToCome's reference, its answer), the newest last
+        self._weights = _Newest(self.KEPT)  # by their PublishedWeights' reference
+        self._answers = _Newest(self.KEPT)  # the leaders' answers, by their WeightsToCome's reference
 
     def __call__(self, weights: Params | PublishedWeights | WeightsToCome) -> Params | None:
         """The weights (None: they never came, their batch was dropped)."""
@@ -105,26 +105,30 @@ class WeightsCache:
         if isinstance(weights, WeightsToCome):
             resolved = self.resolve(weights)
             return None if resolved is None else self(resolved)
-        for ref, params in self._published:
-            if ref == weights.ref:
-                return params
-        import ray
-
-        params = ray.get(weights.ref, timeout=FETCH_SECONDS)
-        self._published = [*self._published[1 - self.KEPT :], (weights.ref, params)]
-        return params
+        return self._weights(weights.ref)
 
     def resolve(self, weights: WeightsToCome) -> PublishedWeights | None:
         """What the leader's call answers, once it does (the batch's weights are
         published): asked once a batch, like the weights."""
+        return self._answers(weights.ref)
+
+
+class _Newest:
+    """Objects fetched from Ray's store by reference, the `kept` newest of them kept."""
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self._items: list[tuple[Any, Any]] = []  # (reference, object), the newest last
+
+    def __call__(self, ref: Any) -> Any:
+        for known, value in self._items:
+            if known == ref:
+                return value
         import ray
 
-        for ref, answer in self._answers:
-            if ref == weights.ref:
-                return answer
-        answer = ray.get(weights.ref, timeout=FETCH_SECONDS)
-        self._answers = [*self._answers[1 - self.KEPT :], (weights.ref, answer)]
-        return answer
+        value = ray.get(ref, timeout=FETCH_SECONDS)
+        self._items = [*self._items[1 - self.kept :], (ref, value)]
+        return value
 
 
 class RolloutWorker:
