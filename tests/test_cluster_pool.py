@@ -204,6 +204,7 @@ class BrokenPipePool(ClusterPool):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_leader_failing_on_a_broken_pipe_is_lost_not_the_run(tmp_path, reference, cluster):
     """Such a leader is a lost node: its matches are played elsewhere, and the weights
     are those of --workers 0 (before, the run ended with "OSError: Broken pipe")."""

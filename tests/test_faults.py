@@ -290,6 +290,7 @@ def test_resume_from_a_bad_file_is_refused(tmp_path):
     assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.long
 def test_resume_with_another_env_id_is_refused_but_workers_may_change(tmp_path):
     run_dir = tmp_path / "run"
     assert run_pgpong("train", *cli_settings(run_dir, 1), "--workers", "0").returncode == 0
@@ -409,6 +410,7 @@ def test_disk_filling_up_mid_run_stops_cleanly_and_keeps_the_last_checkpoint(sma
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_frozen_worker_is_ended_and_its_episodes_played_elsewhere(tmp_path, ray_instance, reference, monkeypatch):
     """A worker stopped with SIGSTOP at its first episode of batch 2 (an event, not a
     sleep) is ended once silent for the stuck limit, and the weights do not change."""

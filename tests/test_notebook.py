@@ -107,7 +107,7 @@ def test_a_failing_cell_fails_the_run(kernel_env):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.long)])
 def test_a_kernel_interrupt_stops_train_and_loses_nothing(kernel_env, workers):
     """The notebook's stop button (SIGINT to the kernel's process group) in the middle
     of a run, in this process or on Ray: train() returns the run as its last finished

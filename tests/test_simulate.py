@@ -74,6 +74,7 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     """--lag 1: the next batch is in the queue while this one's last matches play, so
     no worker waits for the slowest match of the batch: with full matches of different

@@ -46,6 +46,7 @@ def rows(trial_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_study_killed_midway_is_finished_by_the_same_command_with_the_weights_of_lone_runs(tmp_path, capsys):
     root = tmp_path / "studies"
     command = study_command(root)

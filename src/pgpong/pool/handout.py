@@ -53,7 +53,7 @@ def plentiful(todo: deque, playable: int, workers: int, waits: Callable[[Any], b
 
 
 class HandOut:
-    """Which worker gets the next episode, in constant time per event.
+    """Which worker gets the next episode.
 
     Every free worker gets one; while episodes are plentiful (at least two per
     worker left), each also holds the next one in its queue and starts it the moment

@@ -180,7 +180,9 @@ class WorkQueue:
         playable = sum(len(queued.todo) for queued in self.batches.values() if queued.job[1] is not None)
         # Sized by the matches that can play now: an announced batch's, waiting for
         # their weights, do not make this batch's last ones plentiful (its end is
-        # balanced); they go to free workers.
+        # balanced); they go to free workers. With none left that can play, the
+        # announced ones size it (the leader parks one on each free worker and keeps
+        # the rest for workers that free up).
         wanted = max(request_size(free, playable or left, size, self.workers), min(free, left))
         given: Given = []
         for batch, queued in self.batches.items():

@@ -22,7 +22,7 @@ from pgpong.rollout import EpisodeId, MatchResult, compile_kernels, play_episode
 # One BLAS/OpenMP thread per worker process: many processes with many threads each
 # make the parallel version no faster than the serial one.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-FETCH_SECONDS = 600.0  # for a batch's weights from the object store
+FETCH_SECONDS = 600.0  # for a batch's weights from the object store, or for an announced batch's to be published
 # A Python file whose worker_hook(stage, episode) every rollout worker calls as it
 # starts (stage "start", episode None) and before each episode it plays ("play"):
 # how the tests make workers crash, hang or stop at a chosen moment. Variables whose
@@ -89,8 +89,9 @@ def publish(weights: Params) -> tuple[PublishedWeights, float]:
 class WeightsCache:
     """A worker's copies of the newest published weights: called with the weights or
     their reference, it returns the weights, fetched from the object store only
-    when the reference is new. It keeps the two newest, for with --lag 1 on a
-    cluster a worker may play matches of two batches by turns (pool/queue.py)."""
+    when the reference is new. It keeps the two newest: on a cluster a worker may
+    play matches of two batches by turns (with --lag 1, or a match handed back by a
+    lost node while the next batch is announced; pool/queue.py)."""
 
     KEPT = 2
 
