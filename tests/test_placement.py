@@ -1,6 +1,8 @@
 """How a cluster pool's workers are spread over its nodes (placement.py)."""
 
-from pgpong.placement import request_size, requests, shares
+import numpy as np
+
+from pgpong.placement import lower_bound, request_size, requests, shared_cores, shares
 
 
 def test_workers_spread_over_nodes_by_their_cpus():
@@ -67,3 +69,14 @@ def test_a_request_brings_a_free_worker_each_or_a_quarter_of_the_share_left():
     assert request_size(free=3, left=20, size=18, workers=198) == 3
     assert request_size(free=5, left=2, size=18, workers=198) == 2
     assert request_size(free=10, left=500, size=10, workers=100) == 20  # 2 per free worker: at least 2 per worker left
+
+
+def test_shared_cores_by_hand_and_at_its_limits():
+    # [1, 1, 2] on 2 cores: each at 2/3 until the two short ones end at 1.5, then the
+    # long one alone has 1 left at full speed: 2.5.
+    assert shared_cores([2.0, 1.0, 1.0], 2) == 2.5
+    rng = np.random.default_rng(0)
+    lengths = list(rng.uniform(1, 3, size=30))
+    assert shared_cores(lengths, 30) == max(lengths)  # a core each
+    assert abs(shared_cores(lengths, 1) - sum(lengths)) < 1e-9  # one core: the work, one after another
+    assert lower_bound(lengths, 7) <= shared_cores(lengths, 7) < sum(lengths)

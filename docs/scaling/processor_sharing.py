@@ -22,26 +22,15 @@ import statistics
 
 import numpy as np
 
-from pgpong.placement import best_whole_matches, first_free, lower_bound
+from pgpong.placement import best_whole_matches, first_free, lower_bound, shared_cores
 from pgpong.scaling import PHASES
-
-
-def shared(durations: list[float], cores: float) -> float:
-    """When the last match ends if all start at once and share `cores` equally."""
-    left = sorted(durations)
-    now = done = 0.0
-    for i, length in enumerate(left):
-        rate = min(1.0, cores / (len(left) - i))  # every unfinished match advances at this rate
-        now += (length - done) / rate
-        done = length
-    return now
 
 
 def shared_by_node(durations: list[float], nodes: int, cpus: int) -> float:
     """Every match starts at once, dealt to the nodes in turn (as many per node as it
     gets: 27 or 28 of 300 on 11 nodes); each node shares its own cores."""
     dealt: list[list[float]] = [durations[node::nodes] for node in range(nodes)]
-    return max(shared(matches, cpus) for matches in dealt)
+    return max(shared_cores(matches, cpus) for matches in dealt)
 
 
 def main() -> None:
@@ -65,7 +54,7 @@ def main() -> None:
                 (
                     first_free(durations, workers) / best,
                     shared_by_node(durations, nodes, cpus) / best,
-                    shared(durations, workers) / best,
+                    shared_cores(durations, workers) / best,
                     lower_bound(durations, workers) / best,
                 )
             )

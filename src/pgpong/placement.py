@@ -108,6 +108,18 @@ def lower_bound(durations: list[float], workers: int) -> float:
     return max(max(durations), sum(durations) / workers)
 
 
+def shared_cores(durations: list[float], cores: float) -> float:
+    """When the last match ends if all start at once and `cores` are shared equally
+    among those still playing (each of k advances at min(1, cores / k) of a core, as an
+    operating system shares a node's cores): a what-if, docs/scaling/processor_sharing.py."""
+    now = done = 0.0
+    lengths = sorted(durations)
+    for i, length in enumerate(lengths):
+        now += (length - done) / min(1.0, cores / (len(lengths) - i))
+        done = length
+    return now
+
+
 def pipelined(batches: list[list[float]], workers: int, pause: float, step: float, lag: int) -> list[float]:
     """When each batch's update is done, if batch k may start once update k - 1 - lag
     is (lag 0: after the update before it, as pgpong trains; lag 1: with the weights
