@@ -13,10 +13,11 @@ batch to batch (with nothing to do it waits in the queue). The driver adds each
 batch to the queue, starts the leaders once, reads the queue's reports a few times a
 batch and receives one array per update: what it does and receives does not grow
 with the batch, and hardly with the nodes. Nor do Ray's books on the batch's weights: the queue publishes them (so it
-owns them, not the driver). Every worker of every node reads the queue's copy: a
-copy by value for each leader of another node (made only for a batch added with its
-weights: the first, a recalled one, and every batch with --lag 1) made 11x18 slower
-(docs/SCALING.md).
+owns them, not the driver). A batch added with its weights (the first, a recalled
+one, every batch with --lag 1) is copied by each leader of another node into its
+node's store for its workers (so the queue counts one reader per leader there); an
+announced batch's workers all read the queue's copy (a leader's copy of it as it is
+published made 11x18 slower: docs/SCALING.md).
 
 The next batch is added to the queue before this one is collected. Without a lag it
 is announced, without weights (announce, then publish with the weights this update
