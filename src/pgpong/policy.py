@@ -230,8 +230,8 @@ class RMSProp:
         self.decay_rate = decay_rate
         self.cache = cache
         self.max_update_norm = max_update_norm
-        self.last_update_norm = 0.0  # L2 norm of the last update, as added (after any clipping)
         self.last_clip = 1.0  # what the last update was multiplied by (1: not clipped)
+        self._updates: list[np.ndarray] = []  # the last update, as added (its norm: last_update_norm)
 
     def step(self, weights: Params, grad: Params) -> None:
         updates = []
@@ -247,17 +247,24 @@ class RMSProp:
             np.divide(g, scratch, out=scratch)
             scratch *= self.learning_rate
             updates.append(scratch)  # lr * g / (sqrt(cache) + eps)
-        norm = math.sqrt(sum(squared_norm(u) for u in updates))
-        self.last_clip = 1.0
-        if self.max_update_norm and norm > self.max_update_norm:  # (0 or None: no clipping)
-            self.last_clip = self.max_update_norm / norm
-            for update in updates:
-                update *= update.dtype.type(self.last_clip)
-            norm = math.sqrt(sum(squared_norm(u) for u in updates))
-        self.last_update_norm = norm
+        self.last_clip, self._updates = 1.0, updates
+        limit = self.max_update_norm
+        if limit:  # (0 or None: no clipping)
+            norm = self.last_update_norm
+            if norm > limit:
+                self.last_clip = limit / norm
+                for update in updates:
+                    update *= update.dtype.type(self.last_clip)
         for name, update in zip(("W1", "W2"), updates, strict=True):
             w = getattr(weights, name)
             w += update  # W <- W + the update
+
+    @property
+    def last_update_norm(self) -> float:
+        """The L2 norm of the last update, as added (after any clipping). Worked out
+        when asked: without clipping, the step does not need it, and the trainer
+        asks after the next batch's weights are out (a few ms at 11x18)."""
+        return math.sqrt(sum(squared_norm(u) for u in self._updates))
 
 
 def squared_norm(array: np.ndarray) -> float:
