@@ -149,6 +149,52 @@ def test_batch_i_episode_k_is_played_with_its_own_seed(tmp_path):
     assert rng.random() == np.random.default_rng(action_stream).random()
 
 
+class PublishingPool(ScriptedPool):
+    """Notes, for each batch, the rows on disk when its weights were published and
+    the weights it was published and played with; every episode's gradient moves W2."""
+
+    def __init__(self, scores, progress_path):
+        super().__init__(scores)
+        self.progress_path = progress_path
+        self.batch_of: dict[int, int] = {}  # ticket -> batch
+        self.published: dict[int, tuple[int, np.ndarray]] = {}  # batch -> (rows on disk, W2 as published)
+        self.played: dict[int, np.ndarray] = {}  # batch -> W2 as played
+
+    def results(self, weights, episodes):
+        for result in super().results(weights, episodes):
+            result.grad.W2 = np.ones_like(weights.W2)
+            yield result
+
+    def announce(self, episodes):
+        ticket = super().announce(episodes)
+        self.batch_of[ticket] = episodes[0].batch
+        return ticket
+
+    def publish(self, ticket, weights):
+        rows = len(read_progress(self.progress_path)) if self.progress_path.exists() else 0
+        self.published[self.batch_of[ticket]] = (rows, weights.W2.copy())
+        super().publish(ticket, weights)
+
+    def play_batch(self, weights, episodes, finished=lambda result: None):
+        self.played[episodes[0].batch] = weights.W2.copy()
+        return super().play_batch(weights, episodes, finished)
+
+
+def test_the_next_batchs_weights_go_out_as_soon_as_the_step_is_checked_before_the_row(tmp_path):
+    """Without a lag the next batch, announced while this one plays, is published the
+    moment the step is made and checked: its matches play while this batch's row and
+    logs are written (on disk: the rows of the batches before only), and with the
+    weights that step made, unchanged until they are played."""
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 4})
+    pool = PublishingPool([-21.0] * 8, run.progress_path)
+    state = train_on(run, pool)
+    assert {batch: rows for batch, (rows, _) in pool.published.items()} == {0: 0, 1: 0, 2: 1, 3: 2}
+    for batch, (_, published) in pool.published.items():
+        np.testing.assert_array_equal(published, pool.played[batch])
+    assert all(not np.array_equal(pool.played[b], pool.played[b + 1]) for b in range(3))  # each step moved W2
+    assert len(read_progress(run.progress_path)) == 4 and state.batch == 4
+
+
 def test_the_warm_up_factor_is_the_part_of_the_cache_filled():
     from pgpong.config import TrainConfig
     from pgpong.schedule import warmup_factor

@@ -58,6 +58,7 @@ class Trainer:
         self._closed = False
         # batch -> the pool's ticket for it and its episodes, put in ahead (announced, or submitted with --lag 1)
         self._ahead: dict[int, tuple[int, list[EpisodeId]]] = {}
+        self._published: dict[int, float] = {}  # announced batch -> when its weights were published, by the step before
 
     def train(
         self,
@@ -79,7 +80,7 @@ class Trainer:
         """One synchronous update: play the batch and sum its gradients, step, log,
         and checkpoint when --checkpoint-every seconds have passed since the last one."""
         cfg, state, pool = self.config, self.state, self.pool
-        began, clock = time.monotonic(), PhaseClock()
+        began, clock = self._published.get(state.batch, time.monotonic()), PhaseClock()  # (its matches began then)
         batch_size, learning_rate, self.optimizer.decay_rate = schedule.update_settings(cfg, state.episodes)
         warmup = schedule.warmup_factor(cfg, state.batch)  # 1 with --warmup off
         self.optimizer.learning_rate = learning_rate * warmup
@@ -119,6 +120,7 @@ class Trainer:
                 self.optimizer.step(state.weights, played.grad)
             _check_finite(state.weights, "the weights", *checked)
             _check_finite(state.cache, "the RMSProp cache", *checked)
+            self._publish_next()  # its matches start now, while this batch's row and logs are written
             now = time.monotonic()
             batch_s = now - began
             state.batch += 1
@@ -167,9 +169,9 @@ class Trainer:
         ticket, put_in = self._ahead.pop(state.batch, (None, episodes))  # put in the pool by the batch before
         if put_in != episodes:  # (the schedule gives each batch's size from the episodes before it alone)
             raise RuntimeError(f"batch {state.batch + 1} was put in the pool ahead with other episodes")
-        if ticket is None:
+        if ticket is None:  # (the first batch of a run, or of a resume)
             ticket = pool.submit(weights, episodes) if cfg.lag else pool.announce(episodes)
-        if not cfg.lag:
+        if not cfg.lag and self._published.pop(state.batch, None) is None:
             pool.publish(ticket, weights)
         following = state.batch + 1
         if cfg.iterations is None or following < cfg.iterations:
@@ -177,6 +179,17 @@ class Trainer:
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
             self._ahead[following] = (pool.submit(state.weights, ahead) if cfg.lag else pool.announce(ahead), ahead)
         return pool.collect(ticket, finished)
+
+    def _publish_next(self) -> None:
+        """Without a lag: the next batch, announced while this one played, gets the
+        weights this update made, as soon as they are checked, so that its matches
+        play while the trainer writes this batch's row and logs (and while whoever
+        called it looks at them): none of that is on the workers' path."""
+        following = self.state.batch + 1
+        if self.config.lag or following not in self._ahead:
+            return
+        self.pool.publish(self._ahead[following][0], self.state.weights)
+        self._published[following] = time.monotonic()
 
     def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:
         """The row's diagnostics: the batch's episodes' (added in episode order) and
@@ -222,6 +235,7 @@ class Trainer:
                 self.checkpoints.close()
             finally:
                 self._ahead.clear()
+                self._published.clear()
                 self.pool.cancel()
 
 

@@ -82,13 +82,12 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         call_s = time.perf_counter() - called  # the batch, the step, the row and the logs
         cpu, busy_after, after = time.process_time() - cpu, machine_busy_seconds(), thread_cpu_seconds()
         threads_after = contention.read(running)  # (after the driver's own clocks: not counted in them)
-        # An update is one call of the trainer, its row and logs included (they come
-        # before the next batch starts: 3-5 ms at 1x64, which the batch's own seconds
-        # leave out). With --lag 1 the next batch plays between two calls, while bench
-        # makes its own: an update is then the time from one row to the next (6-8 ms
-        # more at 1x64).
+        # An update is the time from one row to the next: the next batch plays between
+        # two calls of the trainer (its weights go out as soon as the step is checked,
+        # or with --lag 1 before it), while the trainer writes its row and logs and
+        # bench makes its own measures, so the calls alone would leave that time out.
         cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-        row = _update_row(report, cpu, pool.num_workers, cycle_s if lagged else call_s, lagged)
+        row = _update_row(report, cpu, pool.num_workers, cycle_s, lagged)
         for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
             if name in helpers:
                 row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
@@ -195,9 +194,9 @@ def thread_cpu_seconds() -> dict[str, float]:
 def _update_row(
     report: BatchReport, cpu_s: float, workers: int, seconds: float, lagged: bool = False
 ) -> dict[str, Any]:
-    """One update's figures, in `seconds`: the trainer's call, or with --lag 1
-    (`lagged`) the time from the row before to this one, as the next batch starts
-    before its update does."""
+    """One update's figures, in `seconds`: the time from the row before to this
+    one (the next batch starts before the trainer's call does; with --lag 1,
+    `lagged`, before this batch's update)."""
     durations = report.durations
     lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
     work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
