@@ -120,6 +120,81 @@ def test_an_update_runs_from_one_row_to_the_next(lag, pace):
     assert (measured["overhead_s"] is None) == bool(lag)  # overlapping batches: no one-batch schedule to compare with
 
 
+def test_bench_leaves_its_own_reading_out_of_the_drivers_cpu():
+    """Between two calls of the trainer bench reads its measures (the queue's CPU,
+    every thread's times) while the next batch plays: that reading's CPU (here 60 ms)
+    is not the driver's, whose update here took 20 ms of it."""
+
+    def spin(seconds: float) -> bool:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return False
+
+    walls = iter([0.5, 1.0, 1.5, 2.0])
+
+    def train_batch() -> BatchReport:
+        spin(0.02)
+        wall = next(walls)
+        return BatchReport(BatchRow(1, 10, 9000, wall, 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0)
+
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, batch_size=10), train_batch=train_batch)
+    pool: Any = SimpleNamespace(
+        num_workers=4, nodes=lambda: 1, helpers_cpu_seconds=lambda: spin(0.06) or {"queue": 1.0, "reducer": 2.0}
+    )
+    measured = updates(trainer, pool, 3, lambda _: None)
+    cpus = [row["driver_cpu_ms"] for row in measured["updates"]]
+    assert all(19 <= cpu < 40 for cpu in cpus), cpus
+    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.5, 0.5, 0.5])
+    assert all(row["queue_cpu_ms"] == row["reducer_cpu_ms"] == 0 for row in measured["updates"])
+
+
+def test_without_a_lag_bench_reads_as_the_weights_go_out_and_leaves_the_reading_out():
+    """Without a lag the trainer publishes the next batch's weights as soon as the
+    step is checked, and bench reads its measures just before (no match plays
+    then): an update runs from one batch's weights going out to the next's, here
+    0.01 s of the row and 0.05 s of play, and the reading's 0.04 s (and its CPU)
+    are left out of it."""
+    published = []
+
+    def spin(seconds: float) -> bool:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return False
+
+    class Pool:
+        num_workers = 4
+
+        def nodes(self) -> int:
+            return 1
+
+        def helpers_cpu_seconds(self) -> dict[str, float]:
+            spin(0.04)
+            return {"queue": 1.0}
+
+        def publish(self, ticket: int, weights: Any) -> None:
+            published.append(ticket)
+
+    pool: Any = Pool()
+    walls = iter(range(1, 10))
+
+    def train_batch() -> BatchReport:
+        time.sleep(0.05)  # the batch plays, the step
+        pool.publish(len(published), None)  # the next batch's weights go out
+        time.sleep(0.01)  # the row and the logs
+        return BatchReport(
+            BatchRow(1, 10, 9000, next(walls), 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0
+        )
+
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, batch_size=10), train_batch=train_batch)
+    measured = updates(trainer, pool, 3, lambda _: None)
+    assert published == [0, 1, 2, 3, 4]  # a warm-up, one batch more, three updates
+    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.06] * 3, abs=0.015)
+    assert all(row["driver_cpu_ms"] < 30 for row in measured["updates"])
+    assert "publish" not in vars(pool)  # bench's reading is gone from the pool after
+
+
 def test_shapes():
     assert (Shape.parse("11x18").workers, Shape.parse("11x18").per_process) == (198, 18)
     assert Shape.parse("1x64").per_process == 32 and Shape.parse("2X4").per_process == 4

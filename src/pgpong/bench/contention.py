@@ -97,14 +97,11 @@ def _part(command: str) -> str | None:
 Reading = dict[tuple[int, int], tuple[str, int, int, bool]]
 
 
-def read(running: list[Process], own_last: bool = False) -> Reading:
+def read(running: list[Process]) -> Reading:
     """Every thread's times so far, of the processes `running` (those that ended
-    meanwhile have none); with `own_last`, this process's threads after the others'.
-    (About 15 us a thread: read the driver last before an update and first after it,
-    and the reading is not counted in the driver's CPU.)"""
+    meanwhile have none). (About 15 us a thread: bench reads once between two
+    updates, and leaves the reading out of the driver's CPU.)"""
     reading: Reading = {}
-    if own_last:
-        running = sorted(running, key=lambda process: process.pid == os.getpid())  # (a stable sort)
     for process in running:
         try:
             tasks = os.listdir(f"/proc/{process.pid}/task")

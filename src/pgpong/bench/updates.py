@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,42 +66,50 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     without a lag, also each part's CPU and its wait for one on this machine
     (bench/contention.py)."""
     lagged = bool(trainer.config.lag)
+    # Every thread's times, to see what waited for a CPU (the processes found once,
+    # after the warm-up); not with --lag 1. The reading takes the driver about 15 us
+    # a thread (15-25 ms at 1x64, more at 11x18), so bench reads where no match
+    # plays: just before the next batch's weights go out (the trainer publishes them
+    # as soon as the step is checked), and leaves the reading's time out of the
+    # update and its CPU out of the driver's. With --lag 1 a batch always plays, and
+    # bench reads (no threads' times then) between two calls of the trainer.
     for _ in range(warm_up_batches(trainer.config.lag)):
         wall_s = trainer.train_batch().row.wall_s
-    # Every thread's times, to see what waited for a CPU (the processes found once,
-    # after the warm-up); not with --lag 1, where the next batch plays meanwhile: the
-    # reading takes the driver about 15 us a thread.
     running = contention.processes() if not lagged else []
-    rows = []
-    for k in range(count):
-        status(f"update {k + 1}/{count}")
-        helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)  # before the driver's clock: bench's calls
-        threads_before = contention.read(running, own_last=True)  # (the driver's threads last, and first after)
-        cpu, busy, threads = time.process_time(), machine_busy_seconds(), thread_cpu_seconds()
-        called = time.perf_counter()
-        report = trainer.train_batch()
-        call_s = time.perf_counter() - called  # the batch, the step, the row and the logs
-        cpu, busy_after, after = time.process_time() - cpu, machine_busy_seconds(), thread_cpu_seconds()
-        threads_after = contention.read(running)  # (after the driver's own clocks: not counted in them)
-        # An update is the time from one row to the next: the next batch plays between
-        # two calls of the trainer (its weights go out as soon as the step is checked,
-        # or with --lag 1 before it), while the trainer writes its row and logs and
-        # bench makes its own measures, so the calls alone would leave that time out.
-        cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-        row = _update_row(report, cpu, pool.num_workers, cycle_s, lagged)
-        for name, seconds in helpers_cpu_seconds(pool).items():  # the queue's and the reducer's share of it
-            if name in helpers:
-                row[f"{name}_cpu_ms"] = 1e3 * (seconds - helpers[name])
-        after_calls = queue_calls(pool)
-        for name, count in after_calls.items():  # the nodes' requests and reports to the queue during the update
-            row[f"queue_{name.replace(' ', '_')}_calls"] = count - calls.get(name, 0)
-        if running:
-            row["processes"] = contention.waited_ms(threads_before, threads_after)
-        row["driver_threads_ms"] = {name: 1e3 * (after[name] - threads.get(name, 0.0)) for name in after}
-        if busy is not None:  # how much of the machine's CPUs everything on it used during the update
-            row["machine_busy"] = (busy_after or 0.0) - busy
-            row["machine_busy"] /= (os.cpu_count() or 1) * call_s
-        rows.append(row)
+    points: list[_Point] = []
+    quiet = not lagged and callable(getattr(pool, "publish", None))
+    with _reading_before_publishing(pool if quiet else None, lambda: points.append(_Point.read(pool, running))):
+        if quiet:  # one batch more: the reading before its step's weights go out begins the first update
+            wall_s = trainer.train_batch().row.wall_s
+        if not points:
+            points.append(_Point.read(pool, running))
+        rows = []
+        for k in range(count):
+            status(f"update {k + 1}/{count}")
+            report = trainer.train_batch()
+            read_now = not quiet or len(points) == k + 1  # (no weights went out in the call: read after it)
+            if read_now:
+                points.append(_Point.read(pool, running))
+            before, point = points[k], points[k + 1]
+            # An update runs from one reading to the next, less the reading: without a
+            # lag, from the moment a batch's weights go out to that of the next's; with
+            # --lag 1 (where batches overlap) from one row to the next.
+            cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
+            seconds = point.at - before.done_at if not read_now else cycle_s
+            row = _update_row(report, point.cpu_end - before.cpu_start, pool.num_workers, seconds, lagged)
+            for name, used in point.helpers.items():  # the queue's and the reducer's share of it
+                if name in before.helpers:
+                    row[f"{name}_cpu_ms"] = 1e3 * (used - before.helpers[name])
+            for name, calls in point.calls.items():  # the nodes' requests and reports to the queue during the update
+                row[f"queue_{name.replace(' ', '_')}_calls"] = calls - before.calls.get(name, 0)
+            if running:
+                row["processes"] = contention.waited_ms(before.threads, point.threads)
+            row["driver_threads_ms"] = {
+                name: 1e3 * (point.own_end[name] - before.own_start.get(name, 0.0)) for name in point.own_end
+            }
+            if point.busy is not None and before.busy is not None:  # how much of the machine's CPUs everything used
+                row["machine_busy"] = (point.busy - before.busy) / ((os.cpu_count() or 1) * (point.at - before.at))
+            rows.append(row)
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     if lagged:  # overlapping updates make up for each other (a long, then a short): their mean is the pace
         seconds = statistics.fmean(r["seconds"] for r in rows)
@@ -138,6 +147,52 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
         "episode_len_mean": median("episode_len_mean"),
         "updates": rows,
     }
+
+
+@dataclass(frozen=True)
+class _Point:
+    """bench's measures between two calls of the trainer: what ends the update
+    before (read first) and what begins the next (read last), so that bench's own
+    reading is in neither's driver CPU; the other processes' counters, read once."""
+
+    cpu_end: float  # the driver's CPU seconds, before the reading
+    own_end: dict[str, float]  # the driver's threads' CPU seconds, before the reading
+    busy: float | None  # the machine's busy CPU seconds
+    at: float  # when (perf_counter)
+    helpers: dict[str, float]  # the queue's and the reducer's CPU seconds (cluster pool)
+    calls: dict[str, int]  # the nodes' calls to the queue so far (cluster pool)
+    threads: contention.Reading  # every thread's times, of the processes followed
+    cpu_start: float  # the driver's CPU seconds, after the reading
+    own_start: dict[str, float]  # the driver's threads' CPU seconds, after the reading
+    done_at: float  # when the reading was done (perf_counter)
+
+    @classmethod
+    def read(cls, pool: Pool, running: list[contention.Process]) -> _Point:
+        cpu_end, own_end = time.process_time(), thread_cpu_seconds()
+        busy, at = machine_busy_seconds(), time.perf_counter()
+        helpers, calls = helpers_cpu_seconds(pool), queue_calls(pool)
+        threads = contention.read(running) if running else {}
+        cpu_start, own_start = time.process_time(), thread_cpu_seconds()
+        return cls(cpu_end, own_end, busy, at, helpers, calls, threads, cpu_start, own_start, time.perf_counter())
+
+
+@contextmanager
+def _reading_before_publishing(pool: Any, read: Callable[[], object]) -> Iterator[None]:
+    """While in the block, `read()` before each `pool.publish` (none without a pool)."""
+    if pool is None:
+        yield
+        return
+    publish = pool.publish
+
+    def read_then_publish(ticket: int, weights: Any) -> None:
+        read()
+        publish(ticket, weights)
+
+    pool.publish = read_then_publish  # (the instance's: the class's method is untouched)
+    try:
+        yield
+    finally:
+        del pool.publish
 
 
 def helpers_cpu_seconds(pool: Pool) -> dict[str, float]:
