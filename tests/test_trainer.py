@@ -195,6 +195,30 @@ def test_the_next_batchs_weights_go_out_as_soon_as_the_step_is_checked_before_th
     assert len(read_progress(run.progress_path)) == 4 and state.batch == 4
 
 
+class FailingPublishPool(ScriptedPool):
+    """Its weights cannot be published after the first batch's."""
+
+    def publish(self, ticket, weights):
+        from pgpong.pool import PoolError
+
+        if ticket > 1:
+            raise PoolError("the queue is gone")
+        super().publish(ticket, weights)
+
+
+def test_a_publish_that_fails_after_the_step_ends_the_run_with_the_batch_saved(tmp_path):
+    """The next batch's weights go out before the batch's row: should that fail, the
+    batch is finished and saved first, and the failure ends the run as the next
+    batch would have begun."""
+    from pgpong.pool import PoolError
+
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 4})
+    with pytest.raises(PoolError, match="the queue is gone"):
+        train_on(run, FailingPublishPool([-21.0] * 8))
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
+    assert [p.name for p in list_checkpoints(run.checkpoint_dir)] == ["ckpt-000001.npz"]
+
+
 def test_the_warm_up_factor_is_the_part_of_the_cache_filled():
     from pgpong.config import TrainConfig
     from pgpong.schedule import warmup_factor

@@ -58,7 +58,10 @@ class Trainer:
         self._closed = False
         # batch -> the pool's ticket for it and its episodes, put in ahead (announced, or submitted with --lag 1)
         self._ahead: dict[int, tuple[int, list[EpisodeId]]] = {}
-        self._published: dict[int, float] = {}  # announced batch -> when its weights were published, by the step before
+        self._published: set[int] = set()  # announced batches whose weights the step before published
+        # Without a lag, the next batch's weights go out as soon as the step is checked;
+        # False: as the next call begins (bench's throughput measures run between calls)
+        self.publish_early = True
 
     def train(
         self,
@@ -80,7 +83,7 @@ class Trainer:
         """One synchronous update: play the batch and sum its gradients, step, log,
         and checkpoint when --checkpoint-every seconds have passed since the last one."""
         cfg, state, pool = self.config, self.state, self.pool
-        began, clock = self._published.get(state.batch, time.monotonic()), PhaseClock()  # (its matches began then)
+        began, clock = time.monotonic(), PhaseClock()
         batch_size, learning_rate, self.optimizer.decay_rate = schedule.update_settings(cfg, state.episodes)
         warmup = schedule.warmup_factor(cfg, state.batch)  # 1 with --warmup off
         self.optimizer.learning_rate = learning_rate * warmup
@@ -171,8 +174,9 @@ class Trainer:
             raise RuntimeError(f"batch {state.batch + 1} was put in the pool ahead with other episodes")
         if ticket is None:  # (the first batch of a run, or of a resume)
             ticket = pool.submit(weights, episodes) if cfg.lag else pool.announce(episodes)
-        if not cfg.lag and self._published.pop(state.batch, None) is None:
+        if not cfg.lag and state.batch not in self._published:
             pool.publish(ticket, weights)
+        self._published.discard(state.batch)
         following = state.batch + 1
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
@@ -186,10 +190,13 @@ class Trainer:
         play while the trainer writes this batch's row and logs (and while whoever
         called it looks at them): none of that is on the workers' path."""
         following = self.state.batch + 1
-        if self.config.lag or following not in self._ahead:
+        if self.config.lag or not self.publish_early or following not in self._ahead:
             return
-        self.pool.publish(self._ahead[following][0], self.state.weights)
-        self._published[following] = time.monotonic()
+        try:
+            self.pool.publish(self._ahead[following][0], self.state.weights)
+        except Exception:  # (the next call publishes them again, and raises then: this batch is saved first)
+            return
+        self._published.add(following)
 
     def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:
         """The row's diagnostics: the batch's episodes' (added in episode order) and

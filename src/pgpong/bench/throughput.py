@@ -219,6 +219,7 @@ def _rounds(
     ceiling: list[dict] = []
     reports: list[BatchReport] = []
     with scratch_trainer(pool, opts, batch_size=10) as trainer:
+        trainer.publish_early = False  # the next batch must not play while the emulator is measured alone
         status("warm-up training batch")
         trainer.train_batch()
         for k in range(rounds):

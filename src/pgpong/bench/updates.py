@@ -182,7 +182,7 @@ def _reading_before_publishing(pool: Any, read: Callable[[], object]) -> Iterato
     if pool is None:
         yield
         return
-    publish = pool.publish
+    publish, own = pool.publish, vars(pool).get("publish")  # (the instance's own, if it had one)
 
     def read_then_publish(ticket: int, weights: Any) -> None:
         read()
@@ -192,7 +192,10 @@ def _reading_before_publishing(pool: Any, read: Callable[[], object]) -> Iterato
     try:
         yield
     finally:
-        del pool.publish
+        if own is None:
+            del pool.publish
+        else:
+            pool.publish = own
 
 
 def helpers_cpu_seconds(pool: Pool) -> dict[str, float]:
