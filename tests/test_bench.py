@@ -9,6 +9,7 @@ from conftest import run_pgpong
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_bench_smoke_prints_every_section_with_plausible_numbers():
     args = [
         "bench",

@@ -68,6 +68,7 @@ def cluster():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(tmp_path, cluster, monkeypatch):
     import ray
 

@@ -19,6 +19,7 @@ from pgpong.trainer import BatchReport
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     proc = run_pgpong(
         "bench",
