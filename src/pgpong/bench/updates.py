@@ -151,9 +151,10 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
 
 @dataclass(frozen=True)
 class _Point:
-    """bench's measures between two calls of the trainer: what ends the update
-    before (read first) and what begins the next (read last), so that bench's own
-    reading is in neither's driver CPU; the other processes' counters, read once."""
+    """bench's measures at one point (just before a batch's weights go out, or with
+    --lag 1 between two calls of the trainer): what ends the update before (read
+    first) and what begins the next (read last), so that bench's own reading is in
+    neither's driver CPU; the other processes' counters, read once."""
 
     cpu_end: float  # the driver's CPU seconds, before the reading
     own_end: dict[str, float]  # the driver's threads' CPU seconds, before the reading
@@ -252,9 +253,9 @@ def thread_cpu_seconds() -> dict[str, float]:
 def _update_row(
     report: BatchReport, cpu_s: float, workers: int, seconds: float, lagged: bool = False
 ) -> dict[str, Any]:
-    """One update's figures, in `seconds`: the time from the row before to this
-    one (the next batch starts before the trainer's call does; with --lag 1,
-    `lagged`, before this batch's update)."""
+    """One update's figures, in `seconds`: from one batch's weights going out to
+    the next's, bench's reading left out (with --lag 1, `lagged`, from the row
+    before to this one)."""
     durations = report.durations
     lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
     work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
