@@ -56,7 +56,7 @@ def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dic
     run = open_run(run_dir, {**settings, "iterations": iterations, "workers": workers})
     own = pool is None
     if own:
-        pool = open_pool(worker_settings(run.config), workers, address=None, overlap=bool(run.config.lag))
+        pool = open_pool(worker_settings(run.config), workers, address=None, overlap=run.config.lagged)
     try:
         with open_trainer(run, pool, {}, tensorboard=False) as trainer:
             return trainer.train()

@@ -145,6 +145,8 @@ BAD_INPUTS = [
     (["--entropy-bonus", "nan"], ["--entropy-bonus", "nan"]),
     (["--w2-init-scale", "0"], ["--w2-init-scale", "(0, 100]"]),
     (["--max-update-norm", "-1"], ["--max-update-norm", "0 (none) or positive"]),
+    (["--lag-share", "1.5"], ["--lag-share must be in [0, 1], got 1.5"]),
+    (["--lag", "1", "--lag-share", "0.5"], ["--lag-share is for runs without --lag"]),
     (["--seed", "-1"], ["--seed"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps"]),
     (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),

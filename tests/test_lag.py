@@ -73,6 +73,97 @@ def test_a_lagged_run_resumes_to_the_bits_of_one_go_and_its_checkpoints_carry_th
         train_in_process(tmp_path / "split", 0, 5, {**SETTINGS, "lag": 0})
 
 
+class Parts(Recording):
+    """A pool that records each part of a batch put in it: its episodes, and the
+    weights it plays (submitted with them, or published later)."""
+
+    def __init__(self, pool):
+        super().__init__(pool)
+        self.parts = {}  # ticket -> [episodes, weights]
+
+    def submit(self, weights, episodes):
+        ticket = self.pool.submit(weights, episodes)
+        self.parts[ticket] = [list(episodes), Params.of(weights.W1, weights.W2)]
+        return ticket
+
+    def announce(self, episodes):
+        ticket = self.pool.announce(episodes)
+        self.parts[ticket] = [list(episodes), None]
+        return ticket
+
+    def publish(self, ticket, weights):
+        self.parts[ticket][1] = Params.of(weights.W1, weights.W2)
+        return self.pool.publish(ticket, weights)
+
+
+SHARED = {**SETTINGS, "batch_size": 5, "lag_share": 0.4}  # the first 2 of each batch's 5 matches
+
+
+def test_a_lag_share_plays_a_batch_s_first_matches_with_the_weights_from_before_the_last_update(tmp_path):
+    from pgpong.pool.local import LocalPool
+    from pgpong.rundir import open_run
+    from pgpong.session import open_trainer, worker_settings
+
+    run = open_run(tmp_path / "shared", {**SHARED, "iterations": 4, "workers": 0})
+    pool = Parts(LocalPool(worker_settings(run.config)))
+    after = []
+    with open_trainer(run, pool, {}, tensorboard=False) as trainer:
+        trainer.train(each=lambda report: after.append(Params.of(run.state.weights.W1, run.state.weights.W2)))
+    pool.close()
+    initial = Params.initial(SETTINGS["hidden"], SETTINGS["seed"])
+    by_batch: dict[int, list] = {}
+    for episodes, weights in pool.parts.values():
+        by_batch.setdefault(episodes[0].batch, []).append((episodes, weights))
+    for batch, parts in by_batch.items():
+        (first, stale), (rest, fresh) = sorted(parts, key=lambda part: part[0][0].episode)
+        assert [e.episode for e in first] == [0, 1] and [e.episode for e in rest] == [2, 3, 4]
+        assert same(stale, initial if batch < 2 else after[batch - 2])  # one update behind
+        assert same(fresh, initial if batch < 1 else after[batch - 1])  # the newest
+    assert sorted(by_batch) == [0, 1, 2, 3] and same(run.state.previous, after[-2])
+
+
+def test_a_lag_share_steps_on_the_sum_of_its_two_parts(tmp_path):
+    """The update after batch 2, made again by hand: its first 2 matches played with the
+    weights from before update 1, the other 3 with those after it, the two sums added,
+    one RMSProp step."""
+    from pgpong.policy import RMSProp
+    from pgpong.pool.local import LocalPool
+    from pgpong.rollout import EpisodeId
+    from pgpong.session import worker_settings
+
+    one = train_in_process(tmp_path / "one", 0, 1, SHARED)
+    two = train_in_process(tmp_path / "two", 0, 2, SHARED)
+    from pgpong.rundir import open_run
+
+    config = open_run(tmp_path / "one", {}).config
+    pool = LocalPool(worker_settings(config))
+    try:
+        episodes = [EpisodeId(SETTINGS["seed"], 1, k) for k in range(5)]
+        stale = pool.play_batch(one.previous, episodes[:2])
+        fresh = pool.play_batch(one.weights, episodes[2:])
+    finally:
+        pool.close()
+    weights, cache = Params.of(one.weights.W1, one.weights.W2), Params.of(one.cache.W1, one.cache.W2)
+    RMSProp(config.learning_rate, config.decay_rate, cache, config.max_update_norm).step(
+        weights, Params(stale.grad.W1 + fresh.grad.W1, stale.grad.W2 + fresh.grad.W2)
+    )
+    assert same(weights, two.weights) and same(two.previous, one.weights)
+    # not the same as either lag: all five with one set of weights gives other bits
+    for lag in ({"lag": 0}, {"lag": 1}):
+        other = train_in_process(tmp_path / f"lag{lag['lag']}", 0, 2, {**SHARED, "lag_share": 0, **lag})
+        assert not same(other.weights, two.weights)
+
+
+def test_a_lag_share_resumes_to_the_bits_of_one_go(tmp_path):
+    one_go = train_in_process(tmp_path / "one", 0, 4, SHARED)
+    train_in_process(tmp_path / "split", 0, 2, SHARED)
+    assert load_checkpoint(list_checkpoints(tmp_path / "split" / "checkpoints")[-1]).previous is not None
+    resumed = train_in_process(tmp_path / "split", 0, 4, SHARED)
+    assert same(resumed.weights, one_go.weights) and same(resumed.previous, one_go.previous)
+    with pytest.raises(ConfigError, match="--lag-share 0.4 -> 0.5"):  # the share is part of the run
+        train_in_process(tmp_path / "split", 0, 5, {**SHARED, "lag_share": 0.5})
+
+
 def test_a_checkpoint_with_half_of_the_previous_weights_is_refused(tmp_path):
     import zipfile
 
@@ -133,6 +224,16 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         on_ray = train_in_process(tmp_path / "plain-ray", 2, 3, plain, pool=pool)
         assert same(train_in_process(tmp_path / "plain", 0, 3, plain).weights, on_ray.weights)
         assert sum(ray.get(pool._reducer.sent_ahead.remote()).values()) > ahead
+        # --lag-share: each batch in two parts, the first submitted while the batch before plays
+        shared, pool.handed = {**SHARED, "batch_size": 8}, []  # 3 matches behind, 5 with the newest weights
+        base = ray.get(pool._queue.handed_out.remote())
+        on_ray = train_in_process(tmp_path / "shared-ray", 2, 4, shared, pool=pool)
+        alone = train_in_process(tmp_path / "shared", 0, 4, shared)
+        assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
+        # when batch k's second part was in, the next batch's first had been handed out
+        ends = [handed - base for handed in pool.handed[1::2]]
+        assert len(pool.handed) == 8 and any(handed > 8 * k for k, handed in enumerate(ends[:3], start=1)), ends
+        assert ends[3] == 4 * 8
     finally:
         pool.close()
 

@@ -132,6 +132,7 @@ def train(
     w2_init_scale: float | None = None,
     max_update_norm: float | None = None,
     lag: int | None = None,
+    lag_share: float | None = None,
     gamma: float | None = None,
     decay_rate: float | None = None,
     seed: int | None = None,

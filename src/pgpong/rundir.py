@@ -149,10 +149,14 @@ def _check_fits(config: TrainConfig, state: TrainingState, path: Path) -> None:
             f"--{n.replace('_', '-')} {getattr(theirs, n)} (this run: {getattr(config, n)})" for n in changed
         )
         raise CheckpointError(f"{path}: made with other learning settings ({what}); it belongs to another run")
-    if config.lag and state.batch > 0 and state.previous is None:
-        raise CheckpointError(f"{path}: no weights from before its last update, which a run with --lag 1 plays")
-    if not config.lag and state.previous is not None:
-        raise CheckpointError(f"{path}: made by a run with --lag 1 (it holds the weights from before an update)")
+    if config.lagged and state.batch > 0 and state.previous is None:
+        raise CheckpointError(
+            f"{path}: no weights from before its last update, which a run with --lag 1 plays (or --lag-share)"
+        )
+    if not config.lagged and state.previous is not None:
+        raise CheckpointError(
+            f"{path}: made by a run with --lag 1 or --lag-share (it holds the weights from before an update)"
+        )
 
 
 def check_run_dir_writable(run: Run) -> None:

@@ -94,7 +94,7 @@ class TrainingSession:
         ray_was_up = ray_running()
         try:
             pool = open_pool(
-                worker_settings(config), config.workers, self.address, note=self.note, overlap=bool(config.lag)
+                worker_settings(config), config.workers, self.address, note=self.note, overlap=config.lagged
             )
             connected()
             if config.workers and pool.num_workers != config.workers:  # config.json records what runs
@@ -151,6 +151,8 @@ def candidate_settings(config: TrainConfig) -> str:
         parts.append(f"updates clipped to norm {config.max_update_norm:g}")
     if config.lag:
         parts.append(f"batches played {config.lag} update behind (--lag)")
+    if config.lag_share:
+        parts.append(f"the first {config.lag_share:g} of each batch played 1 update behind (--lag-share)")
     return "".join(f"; {part}" for part in parts)
 
 

@@ -25,6 +25,7 @@ from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
 
+Tickets = tuple[int | None, int | None]  # a batch's two parts in the pool: submitted, announced (None: no such part)
 RUNNING_DECAY = 0.99  # running reward: r <- 0.99 r + 0.01 score, after every episode
 
 
@@ -56,8 +57,10 @@ class Trainer:
         self._last_row: float | None = None  # when the last row was made: wall time counts all between rows
         self._half_done = False  # a batch's update failed between its step and its row: nothing of it is saved
         self._closed = False
-        # batch -> the pool's ticket for it and its episodes, put in ahead (announced, or submitted with --lag 1)
-        self._ahead: dict[int, tuple[int, list[EpisodeId]]] = {}
+        # batch -> the pool's tickets for its two parts and its episodes, put in ahead: the first matches
+        # submitted with the weights from before the last update (all with --lag 1, a share with
+        # --lag-share, none without), the rest announced, to be published with the weights the update makes
+        self._ahead: dict[int, tuple[Tickets, list[EpisodeId]]] = {}
         self._published: set[int] = set()  # announced batches whose weights the step before published
         # Without a lag, the next batch's weights go out as soon as the step is checked;
         # False: as the next call begins (bench's throughput measures run between calls)
@@ -110,14 +113,14 @@ class Trainer:
             state.running_reward = _running(state.running_reward, result.score)
             self.log.episode(len(scores), played_steps, state.running_reward)
 
-        playing = state.weights if state.previous is None else state.previous  # --lag 1: the weights before
+        playing = state.weights if state.previous is None else state.previous  # lagged: the weights before
         played = self._play(playing, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
         _check_finite(played.grad, "the batch's summed gradient", *checked)
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
             self._half_done = True  # until the step is finite and the row written: nothing of it may be saved
-            if cfg.lag:  # the next batch plays the weights from before this update
+            if cfg.lagged:  # the next batch plays (some of its matches with) the weights from before this update
                 state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
                 self.optimizer.step(state.weights, played.grad)
@@ -167,22 +170,33 @@ class Trainer:
         meanwhile, and they start the moment the weights come. With --lag 1 the next
         batch plays the weights as they are now, before this batch's update, so it is
         submitted with them: a cluster's pool starts it while this batch's last
-        matches play."""
+        matches play. With --lag-share the next batch's first matches are submitted
+        so, and the rest announced: the batch is collected in those two parts, and
+        its sum is theirs (`weights`: what the first part plays)."""
         cfg, state, pool = self.config, self.state, self.pool
-        ticket, put_in = self._ahead.pop(state.batch, (None, episodes))  # put in the pool by the batch before
+        tickets, put_in = self._ahead.pop(state.batch, (None, episodes))  # put in the pool by the batch before
         if put_in != episodes:  # (the schedule gives each batch's size from the episodes before it alone)
             raise RuntimeError(f"batch {state.batch + 1} was put in the pool ahead with other episodes")
-        if ticket is None:  # (the first batch of a run, or of a resume)
-            ticket = pool.submit(weights, episodes) if cfg.lag else pool.announce(episodes)
-        if not cfg.lag and state.batch not in self._published:
-            pool.publish(ticket, weights)
+        if tickets is None:  # (the first batch of a run, or of a resume)
+            tickets = self._put_in(weights, episodes)
+        stale, fresh = tickets
+        if fresh is not None and state.batch not in self._published:
+            pool.publish(fresh, state.weights)
         self._published.discard(state.batch)
         following = state.batch + 1
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
-            self._ahead[following] = (pool.submit(state.weights, ahead) if cfg.lag else pool.announce(ahead), ahead)
-        return pool.collect(ticket, finished)
+            self._ahead[following] = (self._put_in(state.weights, ahead), ahead)
+        parts = [pool.collect(ticket, finished) for ticket in tickets if ticket is not None]  # in episode order
+        return parts[0] if len(parts) == 1 else parts[0].plus(parts[1])
+
+    def _put_in(self, weights: Params, episodes: list[EpisodeId]) -> Tickets:
+        """A batch into the pool: its first matches (all with --lag 1, the --lag-share
+        of them, or none) submitted with `weights`, the rest announced; their tickets."""
+        stale = self.config.stale_matches(len(episodes))
+        submitted = self.pool.submit(weights, episodes[:stale]) if stale else None
+        return submitted, self.pool.announce(episodes[stale:]) if stale < len(episodes) else None
 
     def _publish_next(self) -> None:
         """Without a lag: the next batch, announced while this one played, gets the
@@ -190,10 +204,13 @@ class Trainer:
         play while the trainer writes this batch's row and logs (and while whoever
         called it looks at them): none of that is on the workers' path."""
         following = self.state.batch + 1
-        if self.config.lag or not self.publish_early or following not in self._ahead:
+        if not self.publish_early or following not in self._ahead:
+            return
+        announced = self._ahead[following][0][1]
+        if announced is None:  # (--lag 1: none of the batch waits for these weights)
             return
         try:
-            self.pool.publish(self._ahead[following][0], self.state.weights)
+            self.pool.publish(announced, self.state.weights)
         except Exception:  # (the next call publishes them again, and raises then: this batch is saved first)
             return
         self._published.add(following)

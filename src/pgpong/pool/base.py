@@ -89,6 +89,21 @@ class BatchResult:
     grad: Params
     measures: BatchMeasures
 
+    def plus(self, later: BatchResult) -> BatchResult:
+        """A batch played in two parts (--lag-share), this one first: the sum of their
+        sums (float32, in this order: the same bits for any workers), their measures
+        added (the barrier is the later part's, which ends the batch)."""
+        a, b = self.measures, later.measures
+        seconds = {phase: a.seconds.get(phase, 0.0) + b.seconds.get(phase, 0.0) for phase in {**a.seconds, **b.seconds}}
+        measures = BatchMeasures(
+            seconds,
+            b.barrier_s,
+            a.bytes_in + b.bytes_in,
+            a.replaced + b.replaced,
+            {k: a.node_seconds.get(k, 0.0) + b.node_seconds.get(k, 0.0) for k in {**a.node_seconds, **b.node_seconds}},
+        )
+        return BatchResult(Params(self.grad.W1 + later.grad.W1, self.grad.W2 + later.grad.W2), measures)
+
 
 class InOrder:
     """Hands `finished` each episode's stats in episode order, whatever order they come in."""
