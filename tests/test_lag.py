@@ -148,10 +148,13 @@ def test_a_lag_share_steps_on_the_sum_of_its_two_parts(tmp_path):
         weights, Params(stale.grad.W1 + fresh.grad.W1, stale.grad.W2 + fresh.grad.W2)
     )
     assert same(weights, two.weights) and same(two.previous, one.weights)
-    # not the same as either lag: all five with one set of weights gives other bits
-    for lag in ({"lag": 0}, {"lag": 1}):
-        other = train_in_process(tmp_path / f"lag{lag['lag']}", 0, 2, {**SHARED, "lag_share": 0, **lag})
-        assert not same(other.weights, two.weights)
+    # not the same as either lag: all five with one set of weights gives other bits; a
+    # share of all of the batch is --lag 1
+    others = {
+        lag: train_in_process(tmp_path / f"lag{lag}", 0, 2, {**SHARED, "lag_share": 0, "lag": lag}) for lag in (0, 1)
+    }
+    assert not same(others[0].weights, two.weights) and not same(others[1].weights, two.weights)
+    assert same(train_in_process(tmp_path / "all", 0, 2, {**SHARED, "lag_share": 1.0}).weights, others[1].weights)
 
 
 def test_a_lag_share_resumes_to_the_bits_of_one_go(tmp_path):
