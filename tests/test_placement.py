@@ -44,6 +44,31 @@ def test_a_lag_of_one_hides_the_step_and_the_barrier_and_is_not_slower_on_random
         assert lagged[-1] >= sum(sum(b) for b in batches) / workers
 
 
+def test_a_lag_share_lets_a_batch_s_first_matches_fill_the_workers_the_last_ones_leave_idle():
+    import numpy as np
+
+    from pgpong.placement import pipelined
+
+    # four workers, batches of a 3 s match then two 1 s ones, 0.5 s per update: without
+    # a lag 3.5 s an update. With the first third of each batch (its 3 s match) one
+    # update behind, it starts when update k - 2 is done: update k is done at
+    # max(done[k-2] + 3, done[k-1] + 1) + 0.5, a steady 1.75 s an update (1.5 and 2 by turns)
+    batches = [[3.0, 1.0, 1.0]] * 8
+    assert np.diff(pipelined(batches, 4, 0.0, 0.5, 0)).tolist() == [3.5] * 7
+    shared = np.diff(pipelined(batches, 4, 0.0, 0.5, 0, share=1 / 3))
+    assert shared[-6:].tolist() == [2.0, 1.5] * 3
+    # a share of 0 is no lag, all of a batch is --lag 1, and --lag 1 ignores a share
+    rng = np.random.default_rng(7)
+    for workers in (3, 16, 64):
+        batches = [list(rng.uniform(0.2, 2.0, size=rng.integers(1, 100))) for _ in range(12)]
+        plain, lagged = pipelined(batches, workers, 0.003, 0.06, 0), pipelined(batches, workers, 0.003, 0.06, 1)
+        assert pipelined(batches, workers, 0.003, 0.06, 0, share=0.0) == plain
+        assert pipelined(batches, workers, 0.003, 0.06, 0, share=1.0) == lagged
+        assert pipelined(batches, workers, 0.003, 0.06, 1, share=0.3) == lagged
+        half = pipelined(batches, workers, 0.003, 0.06, 0, share=0.5)
+        assert all(b <= a + 1e-12 for a, b in zip(plain, half, strict=True))
+
+
 def test_updates_under_a_lag_end_in_order():
     from pgpong.placement import pipelined
 

@@ -208,3 +208,11 @@ def test_a_lagged_run_is_grouped_apart_and_projected_at_the_lags_pace(tmp_path):
     assert lagged["minutes"] * 60 == pytest.approx(predict_lag(300, 11, 18, shaped, 1)["seconds_per_update"])
     assert alone["minutes"] * 60 == pytest.approx(predict(300, 11, 18, shaped, 30)["seconds_per_update"])
     assert lagged["minutes"] < 0.8 * alone["minutes"]  # at 11x18 the lag fills the second wave's idle workers
+    shared = project([row], 11, 18, share=0.5)  # half of each batch behind: between the two
+    assert shared is not None and lagged["minutes"] < shared["minutes"] < 0.8 * alone["minutes"]
+    assert shared["minutes"] * 60 == pytest.approx(predict_lag(300, 11, 18, shaped, 0, share=0.5)["seconds_per_update"])
+    run = Path(tmp_path / "shared")
+    run.mkdir()
+    save_config(TrainConfig(batch_size=300, lag_share=0.5), run / "config.json")
+    (run / "progress.csv").write_text(head + line + "\n")
+    assert "| 300 (lr 0.011, decay 0.7, lag share 0.5) | 1/1 |" in learning_table([str(run)])

@@ -120,19 +120,25 @@ def shared_cores(durations: list[float], cores: float) -> float:
     return now
 
 
-def pipelined(batches: list[list[float]], workers: int, pause: float, step: float, lag: int) -> list[float]:
+def pipelined(
+    batches: list[list[float]], workers: int, pause: float, step: float, lag: int, share: float = 0.0
+) -> list[float]:
     """When each batch's update is done, if batch k may start once update k - 1 - lag
     is (lag 0: after the update before it, as pgpong trains; lag 1: with the weights
-    from before the last update, so two batches overlap). The matches go in order,
-    batch by batch, each to the first free worker (a worker waits `pause` after each
-    match); an update takes `step` after its batch's last match."""
+    from before the last update, so two batches overlap); with lag 0 and a `share`
+    (--lag-share), the batch's first matches (that share of them, rounded) may start
+    once update k - 2 is. The matches go in order, batch by batch, each to the first
+    free worker (a worker waits `pause` after each match); an update takes `step`
+    after its batch's last match."""
     free = [0.0] * workers
     done: list[float] = []
     for k, durations in enumerate(batches):
         release = done[k - 1 - lag] if k - 1 - lag >= 0 else 0.0
+        stale = 0 if lag else round(share * len(durations))  # (with lag 1 all of the batch is behind)
+        early = done[k - 2] if k >= 2 else 0.0
         last = release
-        for duration in durations:
-            end = max(heapq.heappop(free), release) + duration + pause
+        for i, duration in enumerate(durations):
+            end = max(heapq.heappop(free), early if i < stale else release) + duration + pause
             heapq.heappush(free, end)
             last = max(last, end)
         done.append(max(last, done[-1] if done else 0.0) + step)  # the updates come one after another

@@ -179,19 +179,22 @@ def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200)
     }
 
 
-def predict_lag(batch: int, nodes: int, cpus: int, c: Constants, lag: int, batches: int = 40) -> dict[str, float]:
+def predict_lag(
+    batch: int, nodes: int, cpus: int, c: Constants, lag: int, batches: int = 40, share: float = 0.0
+) -> dict[str, float]:
     """Seconds per update in a steady run of `batches` updates (the first quarter
     left out) when batch k may start once update k - 1 - lag is done; lag 0 gives
-    predict()'s figure, lag 1 what `--lag 1` would give once the pools overlap
-    batches. Against one batch's work shared evenly over the workers (with batches
-    overlapping, the longest match no longer bounds an update) and its best
-    whole-match schedule."""
+    predict()'s figure, lag 1 what `--lag 1` gives once the pools overlap batches,
+    lag 0 with a `share` what `--lag-share` gives (the batch's first matches may start
+    once update k - 2 is). Against one batch's work shared evenly over the workers
+    (with batches overlapping, the longest match no longer bounds an update) and its
+    best whole-match schedule."""
     rng = np.random.default_rng(0)
     workers = nodes * cpus
     pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
     step = c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
     drawn = [list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core) for _ in range(batches)]
-    done = pipelined(drawn, workers, pause, step, lag)
+    done = pipelined(drawn, workers, pause, step, lag, share)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
     asked = statistics.median(requests(d, leader_sizes(nodes, cpus), c.ray_s_per_match, c.queue_s) for d in drawn)
@@ -236,11 +239,13 @@ def learning_curve(path: str) -> list[dict[str, float]]:
     return rows
 
 
-def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0, lag: int = 0) -> dict | None:
+def project(
+    rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0, lag: int = 0, share: float = 0.0
+) -> dict | None:
     """Minutes to reach `threshold` running reward if the run's updates (its own batch
     sizes and mean match lengths, batch by batch) took the model's seconds per update
-    on nodes x cpus, with the run's `lag` (1: batches overlapping, predict_lag's
-    steady pace); None if the run never reached it. Match lengths within a batch
+    on nodes x cpus, with the run's `lag` or lag `share` (batches overlapping,
+    predict_lag's steady pace); None if the run never reached it. Match lengths within a batch
     spread as the phase's bank does around the batch's mean."""
     seconds, cache = 0.0, {}
     for row in rows:
@@ -252,7 +257,10 @@ def project(rows: list[dict[str, float]], nodes: int, cpus: int, threshold: floa
             bank = np.asarray(c.lengths, dtype=float)
             lengths = tuple(int(x) for x in np.maximum(1, bank / bank.mean() * key[1]))
             shaped = Constants(**{**c.__dict__, "lengths": lengths})
-            found = predict_lag(batch, nodes, cpus, shaped, lag) if lag else predict(batch, nodes, cpus, shaped, 30)
+            if lag or share:
+                found = predict_lag(batch, nodes, cpus, shaped, lag, share=share)
+            else:
+                found = predict(batch, nodes, cpus, shaped, 30)
             cache[key] = found["seconds_per_update"]
         seconds += cache[key]
         if row["running_reward"] >= threshold:
@@ -310,6 +318,7 @@ def _setting(config: TrainConfig | None, batch: int) -> str:
         return str(batch)
     warmed = ", warm-up" if config.warmup == "on" else ""
     warmed += f", lag {config.lag}" if config.lag else ""
+    warmed += f", lag share {config.lag_share:g}" if config.lag_share else ""
     if ramps(config):
         ramp = f"{config.ramp_from} growing to {config.batch_size} over {config.ramp_matches:,} matches"
         return f"{ramp} (the batch rule{warmed})"
@@ -355,7 +364,7 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         workers = int(rows[0].get("workers", 0))
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
         for cores, (nodes, cpus) in CORES.items():
-            found = project(rows, nodes, cpus, threshold, config.lag if config else 0)
+            found = project(rows, nodes, cpus, threshold, *((config.lag, config.lag_share) if config else (0, 0.0)))
             assert found is not None
             runs[str(cores)].append(found["minutes"])
             cells.append(f"{found['minutes']:.1f}")
@@ -403,6 +412,13 @@ def main() -> None:
         help="instead: seconds per update when batch k may start once update k - 1 - LAG is done "
         "(--lag 1 overlaps batches so)",
     )
+    parser.add_argument(
+        "--lag-share",
+        type=float,
+        metavar="S",
+        help="instead: seconds per update when the first S of batch k's matches may start once update k - 2 "
+        "is done, the rest once update k - 1 is (--lag-share S overlaps batches so)",
+    )
     args = parser.parse_args()
     if args.learning:
         try:
@@ -411,8 +427,10 @@ def main() -> None:
             parser.exit(2, f"python -m pgpong.scaling: error: {exc}\n")
         return
     c = PHASES[args.phase]
-    if args.lag:
-        print(lag_table(c, args.lag), end="")
+    if args.lag_share is not None and not 0 < args.lag_share <= 1:
+        parser.exit(2, f"python -m pgpong.scaling: error: --lag-share must be in (0, 1], got {args.lag_share:g}\n")
+    if args.lag or args.lag_share:
+        print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
         return
     print(
         "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
@@ -429,15 +447,18 @@ def main() -> None:
         )
 
 
-def lag_table(c: Constants, lag: int) -> str:
-    """The model's seconds per update without a lag and with `lag`, as a Markdown table."""
+def lag_table(c: Constants, lag: int, share: float = 0.0) -> str:
+    """The model's seconds per update without a lag and with `lag` (or a lag `share`),
+    as a Markdown table."""
+    name = f"lag {lag}" if lag else f"lag share {share:g}"
     lines = [
-        f"| batch | nodes x CPUs | lag 0 | lag {lag} | lag {lag} over the best whole-match schedule"
-        f" | lag {lag} over the work per worker |",
+        f"| batch | nodes x CPUs | lag 0 | {name} | {name} over the best whole-match schedule"
+        f" | {name} over the work per worker |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for batch, nodes, cpus in SCENARIOS:
-        now, lagged = predict_lag(batch, nodes, cpus, c, 0), predict_lag(batch, nodes, cpus, c, lag)
+        now = predict_lag(batch, nodes, cpus, c, 0)
+        lagged = predict_lag(batch, nodes, cpus, c, lag, share=share)
         lines.append(
             f"| {batch:,} | {nodes}x{cpus} | {now['seconds_per_update']:.2f} s | {lagged['seconds_per_update']:.2f} s"
             f" | {lagged['of_best_whole_matches']:.2f} | {lagged['of_work_per_worker']:.2f} |"
