@@ -83,6 +83,12 @@ class BenchOptions:
         "then timed from the row before, their mean taken, after two warm-up batches)",
         metavar="0|1",
     )
+    lag_share: float = setting(
+        0.0,
+        "with --simulate: the timed updates' --lag-share (the first S of each batch's matches start while the "
+        "batch before ends; timed as with --lag 1)",
+        metavar="S",
+    )
     bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
     pace: float | None = setting(
         None,
@@ -120,6 +126,12 @@ class BenchOptions:
             check(self.address is None, "--simulate starts a cluster of its own on this machine: drop --address")
         check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
         check(self.lag == 0 or self.simulate is not None, "--lag is measured with --simulate only")
+        check(
+            is_number(self.lag_share) and 0 <= self.lag_share <= 1,
+            f"--lag-share must be in [0, 1], got {self.lag_share}",
+        )
+        check(self.lag_share == 0 or self.simulate is not None, "--lag-share is measured with --simulate only")
+        check(not (self.lag and self.lag_share), "give --lag 1 or --lag-share, not both")
         if self.pace is not None:
             shown = f"{self.pace:g}" if is_number(self.pace) else repr(self.pace)
             check(is_number(self.pace) and 100 <= self.pace <= 1e6, f"--pace must be 100-1000000 steps/s, got {shown}")

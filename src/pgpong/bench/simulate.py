@@ -199,12 +199,12 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         processes = shape.workers // shape.per_process
         say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
         kind = simulated_kind(settings, shape, bank)
-        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=bool(opts.lag))
+        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=bool(opts.lag or opts.lag_share))
         try:
             rows = []
             count = opts.update_batches or 5
             for size in opts.batch_sizes:
-                say(f"batch {size}: {warm_up_batches(opts.lag)} warm-up + {count} updates")
+                say(f"batch {size}: {warm_up_batches(bool(opts.lag or opts.lag_share))} warm-up + {count} updates")
                 with scratch_trainer(pool, opts, batch_size=size) as trainer:
                     rows.append(updates(trainer, pool, count, status))
         finally:
@@ -225,6 +225,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             "max_episode_steps": opts.max_episode_steps,
             "bank_policy": source,
             "lag": opts.lag,
+            "lag_share": opts.lag_share,
         },
         "bank": bank.summary(),
         "updates": rows,
@@ -237,7 +238,12 @@ def format_simulation(report: dict[str, Any]) -> str:
         [
             f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s), "
             f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)"
-            + (", --lag 1: the next batch starts while this one ends" if s.get("lag") else ""),
+            + (", --lag 1: the next batch starts while this one ends" if s.get("lag") else "")
+            + (
+                f", --lag-share {s['lag_share']:g}: its first matches start while the batch before ends"
+                if s.get("lag_share")
+                else ""
+            ),
             "",
             f"Matches from a bank of {b['matches']} real ones of {s['bank_policy']}: {b['steps_mean']:,.0f} steps "
             f"on average ({b['steps_min']:,}-{b['steps_max']:,}), played at {b['steps_per_s_per_core']:,.0f} "

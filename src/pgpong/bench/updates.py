@@ -44,6 +44,7 @@ def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator
         "max_episode_steps": opts.max_episode_steps,
         "keep_checkpoints": 1,
         "lag": opts.lag,
+        "lag_share": opts.lag_share,
     }
     with (
         tempfile.TemporaryDirectory(prefix="pgpong-bench-") as scratch,
@@ -52,7 +53,7 @@ def scratch_trainer(pool: Pool, opts: BenchOptions, batch_size: int) -> Iterator
         yield trainer  # its checkpoints are closed before the scratch directory goes
 
 
-def warm_up_batches(lag: int) -> int:
+def warm_up_batches(lag: int | bool) -> int:
     """Batches played before the timed ones: compiled code, first transfers, worker
     caches; with --lag 1 a second, the first to overlap another (it took 0.43-0.44 s
     at 1x64, batch 60, early, where the ones after it took 0.35-0.39)."""
@@ -65,7 +66,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     the median over the updates (with --lag 1, seconds per update are their mean);
     without a lag, also each part's CPU and its wait for one on this machine
     (bench/contention.py)."""
-    lagged = bool(trainer.config.lag)
+    lagged = trainer.config.lagged  # (--lag 1 or --lag-share: batches overlap)
     # Every thread's times, to see what waited for a CPU (the processes found once,
     # after the warm-up); not with --lag 1. The reading takes the driver about 15 us
     # a thread (15-25 ms at 1x64, more at 11x18), so bench reads where no match
@@ -73,7 +74,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     # as soon as the step is checked), and leaves the reading's time out of the
     # update and its CPU out of the driver's. With --lag 1 a batch always plays, and
     # bench reads (no threads' times then) between two calls of the trainer.
-    for _ in range(warm_up_batches(trainer.config.lag)):
+    for _ in range(warm_up_batches(lagged)):
         wall_s = trainer.train_batch().row.wall_s
     running = contention.processes() if not lagged else []
     points: list[_Point] = []
