@@ -195,6 +195,25 @@ def test_driver_killed_with_a_batch_submitted_ahead_then_resumed(tmp_path, refer
     np.testing.assert_array_equal(final.previous.W2, reference_lag_1[4].previous.W2)
 
 
+@pytest.fixture(scope="module")
+def reference_lag_share(tmp_path_factory):
+    """Weights (and previous weights) after 1..4 batches with --lag-share 0.5, without any fault (in-process)."""
+    root = tmp_path_factory.mktemp("reference-lag-share")
+    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4, "lag_share": 0.5})
+    return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_driver_killed_with_part_of_a_batch_submitted_ahead_then_resumed(tmp_path, reference_lag_share):
+    """--lag-share 0.5 on 2 Ray workers: killed once a worker has started an episode of
+    batch 3, whose first half was submitted while batch 2 played. The resumed run ends
+    with the weights and the previous weights of the uninterrupted run."""
+    final = kill_and_resume(tmp_path, reference_lag_share, "2", "0", "--lag-share", "0.5")
+    np.testing.assert_array_equal(final.previous.W1, reference_lag_share[4].previous.W1)
+    np.testing.assert_array_equal(final.previous.W2, reference_lag_share[4].previous.W2)
+
+
 def kill_and_resume(tmp_path, reference, workers, cadence, *more):
     """Train 4 batches with `pgpong train`, SIGKILL it (see the tests above), resume it;
     check the weights against `reference` and return the final checkpoint."""
