@@ -158,7 +158,8 @@ def test_readme_cluster_steps_train_on_both_nodes_and_a_users_run_survives(ray_h
 def test_three_nodes_of_the_ray_command_give_the_weights_of_one_process(ray_home, tmp_path):
     """Three raylets made with `ray start` (two CPUs each), six workers, a batch of 33
     matches: the leaders pull matches from one queue and their nodes' sums meet in the
-    reducer; the weights are those of --workers 0, to the bit, with --lag 1 too."""
+    reducer; the weights are those of --workers 0, to the bit, with --lag 1 and
+    --lag-share 0.5 too."""
     from conftest import train_in_process
     from pgpong.checkpoint import list_checkpoints, load_checkpoint
 
@@ -187,6 +188,14 @@ def test_three_nodes_of_the_ray_command_give_the_weights_of_one_process(ray_home
     assert proc.returncode == 0, proc.stderr
     spread = load_checkpoint(list_checkpoints(tmp_path / "lagged" / "checkpoints")[-1])
     alone = train_in_process(tmp_path / "alone-lagged", 0, 3, {**settings, "lag": 1})
+    assert spread.batch == alone.batch == 3 and spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
+    assert spread.previous is not None and spread.previous.W2.tobytes() == alone.previous.W2.tobytes()
+    # --lag-share 0.5: each batch's first 17 matches played behind, handed out while the batch before plays
+    train = train.replace("--lag 1", "--lag-share 0.5")
+    proc = run(f"{train} --run-dir {tmp_path / 'shared'}", {**env, "RAY_AUTH_MODE": "token"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    spread = load_checkpoint(list_checkpoints(tmp_path / "shared" / "checkpoints")[-1])
+    alone = train_in_process(tmp_path / "alone-shared", 0, 3, {**settings, "lag_share": 0.5})
     assert spread.batch == alone.batch == 3 and spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
     assert spread.previous is not None and spread.previous.W2.tobytes() == alone.previous.W2.tobytes()
 
