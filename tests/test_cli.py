@@ -109,6 +109,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "w2_init_scale": 1.0,
         "max_update_norm": 4.0,
         "lag": 0,
+        "lag_share": 0.0,
         "gamma": 0.99,
         "decay_rate": 0.99,
         "seed": 3,

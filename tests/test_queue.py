@@ -205,3 +205,31 @@ def test_a_leader_asks_for_an_announced_batchs_weights_once_and_its_matches_are_
     assert feed.job((2, 0))[1].ref == call
     ray.get(call)
     assert feed.receive(call) == [] and not feed.waits((2, 0)) and feed.playable == 3
+
+
+def test_a_node_keeps_a_batch_s_job_while_it_holds_a_match_of_it_however_many_batches_come_after():
+    """With --lag-share four batches may be in play at once (a batch's two parts and the
+    next's): a node that still plays a match of the oldest keeps its job (to play it
+    again should its worker be lost), and lets go of a job once its batch is over and
+    it holds no match of it."""
+    queue = FakeQueue()
+    feed = QueueFeed(queue, node=0, copy_weights=False, workers=1)
+    for batch in range(1, 6):
+        job = ("play", f"weights {batch}", ())
+        in_play = tuple(range(max(1, batch - 3), batch + 1))  # the oldest four at most
+        queue.answers.append(Answer([(batch, 0, EpisodeId(7, batch, 0))], {batch: job}, 0, in_play, True))
+        feed.ask(local=0, free=1)
+        assert len(feed.receive(feed.pending()[0]) or []) == 1
+        if batch > 1:
+            feed.done(batch)  # its match played; batch 1's still plays
+    assert feed.job((1, 0)) == ("play", "weights 1", ())  # batch 1 is no longer in play, but its match is held
+    assert sorted(feed.jobs) == [1, 2, 3, 4, 5]
+    queue.answers.append(Answer([], {}, 0, (3, 4, 5), True))  # batch 2 is over, none of it held here
+    feed.ask(local=0, free=1)
+    feed.receive(feed.pending()[0])
+    assert sorted(feed.jobs) == [1, 3, 4, 5]
+    feed.done(1)
+    queue.answers.append(Answer([], {}, 0, (4, 5), True))
+    feed.ask(local=0, free=1)
+    feed.receive(feed.pending()[0])
+    assert sorted(feed.jobs) == [4, 5]

@@ -35,6 +35,7 @@ OTHER = {
     "w2_init_scale": 0.1,
     "max_update_norm": 5.0,
     "lag": 1,
+    "lag_share": 0.5,
 }
 BASE: dict[str, dict] = {"ramp_matches": {"ramp_from": 1}}  # --ramp-matches means something only with a ramp
 

@@ -112,7 +112,9 @@ def test_an_update_runs_from_one_row_to_the_next(lag, pace):
         time.sleep(0.07)
         return next(reports)
 
-    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=lag, batch_size=10), train_batch=train_batch)
+    trainer: Any = SimpleNamespace(
+        config=SimpleNamespace(lag=lag, lagged=bool(lag), batch_size=10), train_batch=train_batch
+    )
     pool: Any = SimpleNamespace(num_workers=4, nodes=lambda: 1)
     measured = updates(trainer, pool, 3, lambda _: None)
     assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.2, 0.5, 0.5], abs=1e-9)
@@ -139,7 +141,7 @@ def test_bench_leaves_its_own_reading_out_of_the_drivers_cpu():
         wall = next(walls)
         return BatchReport(BatchRow(1, 10, 9000, wall, 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0)
 
-    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, batch_size=10), train_batch=train_batch)
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, lagged=False, batch_size=10), train_batch=train_batch)
     pool: Any = SimpleNamespace(
         num_workers=4, nodes=lambda: 1, helpers_cpu_seconds=lambda: spin(0.06) or {"queue": 1.0, "reducer": 2.0}
     )
@@ -188,7 +190,7 @@ def test_without_a_lag_bench_reads_as_the_weights_go_out_and_leaves_the_reading_
             BatchRow(1, 10, 9000, next(walls), 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0
         )
 
-    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, batch_size=10), train_batch=train_batch)
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, lagged=False, batch_size=10), train_batch=train_batch)
     measured = updates(trainer, pool, 3, lambda _: None)
     assert published == [0, 1, 2, 3, 4]  # a warm-up, one batch more, three updates
     assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.06] * 3, abs=0.015)

@@ -121,10 +121,10 @@ class TrainConfig:
     )
     lag_share: float = setting(
         0.0,
-        "without --lag: play the first S of each batch's matches (rounded) with the weights from before the "
-        "last update, the rest with the newest, so that on a cluster the first start while the batch before "
-        "ends (the model: batch 300 on 11x18 at S 0.5, 0.87-0.93 of the best whole-match schedule, against "
-        "1.21-1.34 at 0; docs/SCALING.md); 0: none, as in 2016; --lag 1 is S 1",
+        "without --lag: play the first S of each batch's matches (S x batch, to the nearest, a half to even) "
+        "with the weights from before the last update, the rest with the newest, so that on a cluster the first "
+        "start while the batch before ends (the model: batch 300 on 11x18 at S 0.5, 0.87-0.93 of the best "
+        "whole-match schedule, against 1.21-1.34 at 0; docs/SCALING.md); 0: none, as in 2016; --lag 1 is S 1",
         metavar="S",
     )
     gamma: float = setting(0.99, "discount factor for rewards", metavar="GAMMA")
@@ -257,7 +257,8 @@ class TrainConfig:
 
     def stale_matches(self, size: int) -> int:
         """How many of a batch's `size` matches, the first ones, play the weights from
-        before the last update: all with --lag 1, the --lag-share of them (rounded), or none."""
+        before the last update: all with --lag 1, the --lag-share of them (to the
+        nearest, a half to even), or none."""
         return size if self.lag else round(self.lag_share * size)
 
     @classmethod

@@ -54,7 +54,7 @@ def measured(config: TrainConfig) -> bool:
         and config.max_episode_steps is None
         and config.hidden == 200
         and config.w2_init_scale == 1
-        and config.lag == 0
+        and not config.lagged
     )
 
 

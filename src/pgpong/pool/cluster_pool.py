@@ -160,9 +160,12 @@ class ClusterPool:
         them): its matches are handed out as workers free up, and each worker given
         one waits for the weights in its call, so the batch starts when they come,
         without a Ray call per match then. A ticket for publish and collect."""
-        measures, playing = BatchMeasures(), self._in_play.get(self._batch)
+        # the time it takes is the update's of the oldest batch in play, collected next (with
+        # --lag-share the newest is the next batch's first part)
+        measures = BatchMeasures()
+        playing = next((p for _, p in sorted(self._in_play.items()) if p.method == "play"), None)
         batch = self._add("play", None, episodes, measures)
-        if playing is not None:  # the time it took is the update's of the batch in play
+        if playing is not None:
             playing.measures.add_seconds(PUBLISHING, measures.seconds.pop(PUBLISHING))
         self._announced[batch] = episodes
         return batch

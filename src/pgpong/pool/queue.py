@@ -276,7 +276,7 @@ class QueueFeed:
     queue for the weights at once, and follows that call: until it is answered, the
     batch's matches wait (`waits`)."""
 
-    KEEP_JOBS = 3  # the jobs of the newest batches heard of are kept (their weights' references with them)
+    KEEP_CAME = 4  # the newest announced batches whose weights came, remembered
 
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
@@ -329,7 +329,7 @@ class QueueFeed:
         if ref in self._to_come:
             batch = self._to_come.pop(ref)
             self._announced.discard(batch)
-            self._came = {*sorted(self._came)[-self.KEEP_JOBS :], batch}
+            self._came = {*sorted(self._came)[-self.KEEP_CAME :], batch}
             return []
         if ref != self._request:
             return None
@@ -340,10 +340,13 @@ class QueueFeed:
         given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
         self._left_of, self._announced = answer.left_of, set(answer.announced) - self._came
         self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
-        for batch in sorted(self.jobs)[: -self.KEEP_JOBS]:  # the queue holds at most two batches, the newest
-            del self.jobs[batch]
         self._empty = not given
         self.held.update(batch for batch, _, _ in given)
+        # A job (and its weights' reference) is kept while its batch is in play or this node
+        # holds a match of it (one playing may have to be played again, its worker lost):
+        # up to four batches with --lag-share (a batch's two parts, the next's two)
+        for batch in set(self.jobs) - set(answer.in_play) - set(self.held):
+            del self.jobs[batch]
         self.dropped = set(self.held) - set(answer.in_play)
         return [((batch, position), episode) for batch, position, episode in given]
 
