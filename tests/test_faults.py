@@ -57,6 +57,31 @@ def test_killed_worker_is_replaced_and_the_batch_is_unchanged(tmp_path, ray_inst
     assert [r["workers_replaced"] for r in rows] == ["0", "1", "0"]
 
 
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_worker_killed_with_part_of_the_next_batch_in_play_is_replaced_and_the_weights_are_unchanged(
+    tmp_path, ray_instance, monkeypatch
+):
+    """--lag-share 0.5 on the cluster pool (a batch's two parts and the next's first in
+    its queue at once): a worker killed at its first match of batch 3, which the batch
+    before's last matches overlap, is replaced, and the weights are those of --workers 0."""
+    from pgpong.pool.cluster_pool import ClusterPool
+
+    settings = {**SETTINGS, "lag_share": 0.5}
+    alone = train_in_process(tmp_path / "alone", 0, 4, settings)
+    marker = tmp_path / "killed.pid"
+    set_fault(monkeypatch, f"die:2:{marker}")
+    pool = ClusterPool(WorkerSettings("ALE/Pong-v5", int(SETTINGS["max_episode_steps"]), entropy_bonus=BONUS), 2)
+    try:
+        with hang_guard(300):
+            state = train_in_process(tmp_path / "run", 2, 4, settings, pool=pool)
+    finally:
+        pool.close()
+    assert marker.exists() and pool.replaced == 1
+    assert_same_weights(state, alone)
+    np.testing.assert_array_equal(state.previous.W1, alone.previous.W1)
+
+
 def test_worker_that_cannot_start_ends_with_a_reason(ray_instance, monkeypatch):
     set_fault(monkeypatch, "start")
     with pytest.raises(PoolError, match="could not start.*test fault"):  # gives up instead of retrying forever
