@@ -27,8 +27,12 @@ BONUS = TrainConfig().entropy_bonus  # a pool made here plays the default's math
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """Weights after 1..4 batches without any fault (in-process, no Ray)."""
-    root = tmp_path_factory.mktemp("reference")
-    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4})
+    return checkpoints_after(tmp_path_factory.mktemp("reference"), {})
+
+
+def checkpoints_after(root, setting: dict) -> dict:
+    """The checkpoints (by batch) of 4 batches with SETTINGS and `setting`, without any fault (in-process)."""
+    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4, **setting})
     return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
 
 
@@ -200,43 +204,21 @@ def test_driver_killed_then_resumed_gives_the_uninterrupted_weights(tmp_path, re
     kill_and_resume(tmp_path, reference, workers, cadence)
 
 
-@pytest.fixture(scope="module")
-def reference_lag_1(tmp_path_factory):
-    """Weights (and previous weights) after 1..4 batches with --lag 1, without any fault (in-process, no Ray)."""
-    root = tmp_path_factory.mktemp("reference-lag-1")
-    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4, "lag": 1})
-    return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
-
-
 @pytest.mark.long
 @pytest.mark.slow
-def test_driver_killed_with_a_batch_submitted_ahead_then_resumed(tmp_path, reference_lag_1):
-    """--lag 1 on 2 Ray workers (the cluster pool, batches overlapping): killed between
-    two checkpoints, once a worker has started an episode of batch 3, which was submitted
-    before batch 2 was collected. The resumed run plays the lost batches again and ends
-    with the weights and the previous weights of the uninterrupted run."""
-    final = kill_and_resume(tmp_path, reference_lag_1, "2", "0", "--lag", "1")
-    np.testing.assert_array_equal(final.previous.W1, reference_lag_1[4].previous.W1)
-    np.testing.assert_array_equal(final.previous.W2, reference_lag_1[4].previous.W2)
-
-
-@pytest.fixture(scope="module")
-def reference_lag_share(tmp_path_factory):
-    """Weights (and previous weights) after 1..4 batches with --lag-share 0.5, without any fault (in-process)."""
-    root = tmp_path_factory.mktemp("reference-lag-share")
-    train_in_process(root / "run", 0, 4, {**SETTINGS, "keep_checkpoints": 4, "lag_share": 0.5})
-    return {load_checkpoint(p).batch: load_checkpoint(p) for p in list_checkpoints(root / "run" / "checkpoints")}
-
-
-@pytest.mark.long
-@pytest.mark.slow
-def test_driver_killed_with_part_of_a_batch_submitted_ahead_then_resumed(tmp_path, reference_lag_share):
-    """--lag-share 0.5 on 2 Ray workers: killed once a worker has started an episode of
-    batch 3, whose first half was submitted while batch 2 played. The resumed run ends
-    with the weights and the previous weights of the uninterrupted run."""
-    final = kill_and_resume(tmp_path, reference_lag_share, "2", "0", "--lag-share", "0.5")
-    np.testing.assert_array_equal(final.previous.W1, reference_lag_share[4].previous.W1)
-    np.testing.assert_array_equal(final.previous.W2, reference_lag_share[4].previous.W2)
+@pytest.mark.parametrize(
+    "flags, setting", [(("--lag", "1"), {"lag": 1}), (("--lag-share", "0.5"), {"lag_share": 0.5})], ids=["lag", "share"]
+)
+def test_driver_killed_with_a_batch_submitted_ahead_then_resumed(tmp_path, flags, setting):
+    """--lag 1 (or --lag-share 0.5: the batch's first half) on 2 Ray workers (the cluster
+    pool, batches overlapping): killed between two checkpoints, once a worker has started
+    an episode of batch 3, which was submitted before batch 2 was collected. The resumed
+    run plays the lost batches again and ends with the weights and the previous weights
+    of the uninterrupted run."""
+    reference = checkpoints_after(tmp_path / "reference", setting)
+    final = kill_and_resume(tmp_path, reference, "2", "0", *flags)
+    np.testing.assert_array_equal(final.previous.W1, reference[4].previous.W1)
+    np.testing.assert_array_equal(final.previous.W2, reference[4].previous.W2)
 
 
 def kill_and_resume(tmp_path, reference, workers, cadence, *more):

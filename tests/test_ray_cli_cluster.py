@@ -183,21 +183,16 @@ def test_three_nodes_of_the_ray_command_give_the_weights_of_one_process(ray_home
     assert spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
     assert spread.weights.W2.tobytes() == alone.weights.W2.tobytes()
     # --lag 1: the next batch plays while this one's last matches finish, to the same bits
-    train = train.replace("--iterations 2", "--iterations 3 --lag 1")
-    proc = run(f"{train} --run-dir {tmp_path / 'lagged'}", {**env, "RAY_AUTH_MODE": "token"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    spread = load_checkpoint(list_checkpoints(tmp_path / "lagged" / "checkpoints")[-1])
-    alone = train_in_process(tmp_path / "alone-lagged", 0, 3, {**settings, "lag": 1})
-    assert spread.batch == alone.batch == 3 and spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
-    assert spread.previous is not None and spread.previous.W2.tobytes() == alone.previous.W2.tobytes()
-    # --lag-share 0.5: each batch's first 17 matches played behind, handed out while the batch before plays
-    train = train.replace("--lag 1", "--lag-share 0.5")
-    proc = run(f"{train} --run-dir {tmp_path / 'shared'}", {**env, "RAY_AUTH_MODE": "token"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    spread = load_checkpoint(list_checkpoints(tmp_path / "shared" / "checkpoints")[-1])
-    alone = train_in_process(tmp_path / "alone-shared", 0, 3, {**settings, "lag_share": 0.5})
-    assert spread.batch == alone.batch == 3 and spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
-    assert spread.previous is not None and spread.previous.W2.tobytes() == alone.previous.W2.tobytes()
+    # --lag 1: the next batch plays while this one's last matches finish; --lag-share 0.5:
+    # each batch's first 17 matches so; to the same bits
+    lagged = train.replace("--iterations 2", "--iterations 3")
+    for name, flag, setting in (("lagged", "--lag 1", {"lag": 1}), ("shared", "--lag-share 0.5", {"lag_share": 0.5})):
+        proc = run(f"{lagged} {flag} --run-dir {tmp_path / name}", {**env, "RAY_AUTH_MODE": "token"}, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        spread = load_checkpoint(list_checkpoints(tmp_path / name / "checkpoints")[-1])
+        alone = train_in_process(tmp_path / f"alone-{name}", 0, 3, {**settings, **setting})
+        assert spread.batch == alone.batch == 3 and spread.weights.W1.tobytes() == alone.weights.W1.tobytes()
+        assert spread.previous is not None and spread.previous.W2.tobytes() == alone.previous.W2.tobytes()
 
 
 @pytest.fixture(scope="module")
