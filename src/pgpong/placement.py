@@ -134,7 +134,7 @@ def pipelined(
     done: list[float] = []
     for k, durations in enumerate(batches):
         release = done[k - 1 - lag] if k - 1 - lag >= 0 else 0.0
-        stale = 0 if lag else round(share * len(durations))  # (with lag 1 all of the batch is behind)
+        stale = round(share * len(durations))  # (with lag 1 these start no earlier than the rest)
         early = done[k - 2] if k >= 2 else 0.0
         last = release
         for i, duration in enumerate(durations):

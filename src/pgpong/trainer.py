@@ -179,7 +179,7 @@ class Trainer:
             raise RuntimeError(f"batch {state.batch + 1} was put in the pool ahead with other episodes")
         if tickets is None:  # (the first batch of a run, or of a resume)
             tickets = self._put_in(weights, episodes)
-        stale, fresh = tickets
+        fresh = tickets[1]  # the announced part
         if fresh is not None and state.batch not in self._published:
             pool.publish(fresh, state.weights)
         self._published.discard(state.batch)
@@ -199,9 +199,9 @@ class Trainer:
         return submitted, self.pool.announce(episodes[stale:]) if stale < len(episodes) else None
 
     def _publish_next(self) -> None:
-        """Without a lag: the next batch, announced while this one played, gets the
-        weights this update made, as soon as they are checked, so that its matches
-        play while the trainer writes this batch's row and logs (and while whoever
+        """The next batch's announced part (all of it without a lag, none with --lag 1)
+        gets the weights this update made, as soon as they are checked, so that its
+        matches play while the trainer writes this batch's row and logs (and while whoever
         called it looks at them): none of that is on the workers' path."""
         following = self.state.batch + 1
         if not self.publish_early or following not in self._ahead:

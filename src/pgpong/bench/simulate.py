@@ -199,12 +199,13 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         processes = shape.workers // shape.per_process
         say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
         kind = simulated_kind(settings, shape, bank)
-        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=bool(opts.lag or opts.lag_share))
+        lagged = bool(opts.lag or opts.lag_share)  # batches overlap
+        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=lagged)
         try:
             rows = []
             count = opts.update_batches or 5
             for size in opts.batch_sizes:
-                say(f"batch {size}: {warm_up_batches(bool(opts.lag or opts.lag_share))} warm-up + {count} updates")
+                say(f"batch {size}: {warm_up_batches(lagged)} warm-up + {count} updates")
                 with scratch_trainer(pool, opts, batch_size=size) as trainer:
                     rows.append(updates(trainer, pool, count, status))
         finally:

@@ -276,14 +276,12 @@ class QueueFeed:
     queue for the weights at once, and follows that call: until it is answered, the
     batch's matches wait (`waits`)."""
 
-    KEEP_CAME = 4  # the newest announced batches whose weights came, remembered
-
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
         self.remaining = 1  # unknown until the first answer: at least one
         self._left_of: dict[int, int] = {}  # of those, by batch
         self._announced: set[int] = set()  # the batches whose weights were still to come, as last heard
-        self._came: set[int] = set()  # the newest announced batches whose weights came
+        self._came: set[int] = set()  # the announced batches in play whose weights came
         self.jobs: dict[int, Job] = {}
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
@@ -329,7 +327,7 @@ class QueueFeed:
         if ref in self._to_come:
             batch = self._to_come.pop(ref)
             self._announced.discard(batch)
-            self._came = {*sorted(self._came)[-self.KEEP_CAME :], batch}
+            self._came.add(batch)
             return []
         if ref != self._request:
             return None
@@ -338,6 +336,7 @@ class QueueFeed:
         self._request = None
         answer: Answer = ray.get(ref)
         given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
+        self._came &= set(answer.in_play)
         self._left_of, self._announced = answer.left_of, set(answer.announced) - self._came
         self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
         self._empty = not given
