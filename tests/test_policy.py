@@ -4,7 +4,7 @@ import scipy.sparse as sp
 
 from pgpong.frames import D
 from pgpong.original import forward_dense
-from pgpong.policy import Params, RMSProp, backward, forward, inputs_matrix
+from pgpong.policy import Params, RMSProp, backward, forward, inputs_matrix, squared_norm
 
 
 def small_episode(rng, steps=9, inputs=12, hidden=5):
@@ -281,6 +281,76 @@ def test_rmsprop_without_clipping_is_todays_step_to_the_bit():
         c = np.float32(0.99) * np.zeros_like(g) + np.float32(1 - 0.99) * (g * g)  # as 2016's numpy line
         step = np.float32(0.002) * (g / (np.sqrt(c) + np.float32(1e-5)))
         assert getattr(weights, n).tobytes() == (w + step).tobytes()
+
+
+def numpy_step(weights, grad, cache, lr, decay, max_norm):
+    """RMSProp as plain numpy lines (the code before its two numba passes): each
+    float32 operation in order, the norm as numpy sums it, the clip, the add."""
+    updates = []
+    for n in ("W1", "W2"):
+        g, c = getattr(grad, n), getattr(cache, n)
+        scratch = np.multiply(g, g)
+        scratch *= 1 - decay
+        c *= decay
+        c += scratch
+        update = g / (np.sqrt(c) + g.dtype.type(RMSProp.eps))
+        update *= lr
+        updates.append(update)
+    norm = np.sqrt(sum(float(np.square(u, dtype=np.float64).sum()) for u in updates))
+    clip = max_norm / norm if max_norm and norm > max_norm else 1.0
+    for n, update in zip(("W1", "W2"), updates):
+        update *= update.dtype.type(clip)
+        getattr(weights, n).__iadd__(update)
+    return clip
+
+
+@pytest.mark.parametrize("max_norm", [None, 4.0, 1e-3])
+def test_rmsprop_step_has_the_bits_of_numpys_lines(max_norm):
+    rng = np.random.default_rng(11)
+    for trial in range(3):
+        shape = [(200, 6400), (7, 13), (3, 1)][trial]
+        weights = Params.of(rng.standard_normal(shape) * 0.1, rng.standard_normal(shape[0]))
+        cache = Params.of(rng.random(shape) * 1e-3, rng.random(shape[0]) * 1e-3)
+        grad = Params.of(rng.standard_normal(shape) * 10.0 ** rng.integers(-4, 2), rng.standard_normal(shape[0]))
+        grad.W1[:, ::3] = 0  # untouched pixels
+        cache.W1[0, 0] = 0  # a zero cache entry: the update divides by eps
+        want_w, want_c = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+        clip = numpy_step(want_w, grad, want_c, 0.011, 0.7, max_norm)
+        optimizer = RMSProp(0.011, 0.7, cache, max_norm)
+        optimizer.step(weights, grad)
+        for got, want in [(weights, want_w), (cache, want_c)]:
+            assert got.W1.tobytes() == want.W1.tobytes() and got.W2.tobytes() == want.W2.tobytes()
+            assert got.W1.flags.f_contiguous
+        assert optimizer.last_clip == clip
+        assert optimizer.weight_squares == (squared_norm(want_w.W1), squared_norm(want_w.W2))
+        assert optimizer.weights_finite and optimizer.cache_finite
+    assert max_norm != 1e-3 or optimizer.last_clip < 1  # (the tight bound clips)
+
+
+def test_rmsprop_says_when_the_weights_or_the_cache_stop_being_finite():
+    weights, cache, grad = (Params.of(np.ones((4, 8)), np.ones(4)) for _ in range(3))
+    optimizer = RMSProp(0.1, 0.9, cache)
+    grad.W1[1, 2] = np.nan
+    optimizer.step(weights, grad)
+    assert not optimizer.weights_finite and not optimizer.cache_finite
+    weights, cache, grad = (Params.of(np.ones((4, 8)), np.ones(4)) for _ in range(3))
+    grad.W2[3] = 3e19  # its square overflows float32: the cache becomes infinite, the update 0
+    optimizer = RMSProp(0.1, 0.9, cache)
+    optimizer.step(weights, grad)
+    assert not optimizer.cache_finite and optimizer.weights_finite and np.isinf(cache.W2[3])
+    with pytest.raises(ValueError, match="one contiguous layout"):
+        optimizer.step(weights, Params(np.ascontiguousarray(grad.W1), grad.W2))  # C order against Fortran
+
+
+def test_squared_norm_is_numpys_pairwise_sum_to_the_bit():
+    rng = np.random.default_rng(12)
+    sizes = [*range(0, 140), 255, 256, 257, 1000, 8191, 8192, 8193, 100_003, 200 * 6400]
+    for n in sizes:
+        a = (rng.standard_normal(n) * 10.0 ** rng.integers(-20, 20)).astype(np.float32)
+        assert squared_norm(a) == float(np.square(a, dtype=np.float64).sum()), n
+    w = np.asfortranarray(rng.standard_normal((200, 6400)).astype(np.float32))
+    assert squared_norm(w) == float(np.square(w.ravel(order="K"), dtype=np.float64).sum())
+    assert squared_norm(w[:, ::2]) == float(np.square(w[:, ::2].ravel(order="K"), dtype=np.float64).sum())
 
 
 def test_w2_init_scale_scales_w2_and_nothing_else():

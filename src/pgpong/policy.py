@@ -220,7 +220,13 @@ class RMSProp:
     `max_update_norm` (--max-update-norm), the update of W1 and W2 together is scaled
     down to that L2 norm when it is longer; the cache is unchanged by it. After a
     step, `last_update_norm` and `last_clip` say how long the update was and what it
-    was multiplied by (diagnostics).
+    was multiplied by (diagnostics), `weight_squares` the new weights' squared norms,
+    and `weights_finite` and `cache_finite` whether they hold no NaN or infinity.
+
+    Each float32 operation is numpy's, in numpy's order, so the bits are those of the
+    plain numpy lines (tests/test_policy.py keeps them as the reference); the work is
+    two passes over the arrays (numba) instead of about ten, and the norms are summed
+    as numpy sums (`squared_norm`) inside the step rather than after it.
     """
 
     eps = 1e-5
@@ -231,47 +237,128 @@ class RMSProp:
         self.cache = cache
         self.max_update_norm = max_update_norm
         self.last_clip = 1.0  # what the last update was multiplied by (1: not clipped)
-        self._updates: list[np.ndarray] = []  # the last update, as added (its norm: last_update_norm)
+        self.last_update_norm = 0.0  # the last update's L2 norm, as added (clipped: its norm before times last_clip)
+        self.weight_squares = (0.0, 0.0)  # squared L2 norms of W1 and W2 after the last step
+        self.weights_finite = self.cache_finite = True  # after the last step
 
     def step(self, weights: Params, grad: Params) -> None:
-        updates = []
-        for name in ("W1", "W2"):
-            g, c = getattr(grad, name), getattr(self.cache, name)
-            scratch = np.empty_like(g)  # one temporary instead of five
-            np.multiply(g, g, out=scratch)
-            scratch *= 1 - self.decay_rate
-            c *= self.decay_rate
-            c += scratch  # cache <- decay * cache + (1 - decay) * g^2
-            np.sqrt(c, out=scratch)
-            scratch += self.eps
-            np.divide(g, scratch, out=scratch)
-            scratch *= self.learning_rate
-            updates.append(scratch)  # lr * g / (sqrt(cache) + eps)
-        self.last_clip, self._updates = 1.0, updates
+        pairs = [(getattr(weights, n), getattr(grad, n), getattr(self.cache, n)) for n in ("W1", "W2")]
+        updates, squares, self.cache_finite = [], 0.0, True
+        for w, g, c in pairs:
+            flat_w, flat_g, flat_c = _flat(w, g, c)
+            kind = g.dtype.type
+            update = np.empty_like(flat_g)
+            self.cache_finite &= _rmsprop_pass(
+                flat_g,
+                flat_c,
+                update,
+                kind(self.decay_rate),
+                kind(1 - self.decay_rate),
+                kind(self.learning_rate),
+                kind(self.eps),
+            )
+            squares += squared_norm(update)  # (a Python sum from 0, as before)
+            updates.append((flat_w, update))
+        norm = math.sqrt(squares)
         limit = self.max_update_norm
-        if limit:  # (0 or None: no clipping)
-            norm = self.last_update_norm
-            if norm > limit:
-                self.last_clip = limit / norm
-                for update in updates:
-                    update *= update.dtype.type(self.last_clip)
-        for name, update in zip(("W1", "W2"), updates, strict=True):
-            w = getattr(weights, name)
-            w += update  # W <- W + the update
+        self.last_clip = limit / norm if limit and norm > limit else 1.0  # (0 or None: no clipping)
+        self.last_update_norm = norm * self.last_clip
+        for flat_w, update in updates:  # W <- W + the update (times last_clip, in the weights' precision)
+            _add_pass(flat_w, update, flat_w.dtype.type(self.last_clip), self.last_clip != 1.0)
+        self.weight_squares = (squared_norm(weights.W1), squared_norm(weights.W2))
+        self.weights_finite = all(math.isfinite(s) for s in self.weight_squares)  # (a float32 squared never overflows)
 
-    @property
-    def last_update_norm(self) -> float:
-        """The L2 norm of the last update, as added (after any clipping). Worked out
-        when asked: without clipping, the step does not need it, and the trainer
-        asks after the next batch's weights are out (a few ms at 11x18)."""
-        return math.sqrt(sum(squared_norm(u) for u in self._updates))
+
+def _flat(*arrays: np.ndarray) -> list[np.ndarray]:
+    """Arrays of one shape and memory layout as flat views of their memory, element k
+    of each the same entry; raises rather than let a copy take an in-place write."""
+    first = arrays[0]
+    for array in arrays:
+        if (
+            array.shape != first.shape
+            or array.strides != first.strides
+            or not (array.flags.c_contiguous or array.flags.f_contiguous)
+        ):
+            raise ValueError("RMSProp needs weights, gradient and cache of one contiguous layout")
+    return [array.ravel(order="K") for array in arrays]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _rmsprop_pass(g, c, update, decay, keep, lr, eps):
+    """c <- c*decay + (g*g)*keep;  update <- g / (sqrt(c) + eps) * lr, each product and
+    sum rounded to the arrays' precision as numpy does; whether c stays finite. (numpy's
+    error model: no division check, so the loop runs in vector instructions.)"""
+    big = c.dtype.type(np.finfo(c.dtype).max)
+    bad = False
+    for i in range(g.size):
+        gi = g[i]
+        ci = c[i] * decay + gi * gi * keep
+        c[i] = ci
+        update[i] = gi / (np.sqrt(ci) + eps) * lr
+        bad |= not ci <= big  # (NaN compares false)
+    return not bad
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _add_pass(w, update, clip, clipping):
+    """w <- w + update (update <- update * clip first, when clipping)."""
+    for i in range(w.size):
+        u = update[i] * clip if clipping else update[i]
+        w[i] += u
 
 
 def squared_norm(array: np.ndarray) -> float:
-    """The sum of squares of an array's entries, in float64 with numpy's pairwise sum:
+    """The sum of squares of an array's entries in float64, added in numpy's pairwise
+    order (np.square(a, dtype=float64).sum(), to the bit, without its 10 MB temporary):
     the same for any thread count (a BLAS dot product may not be)."""
     flat = array.ravel(order="K")
-    return float(np.square(flat, dtype=np.float64).sum())
+    return 0.0 + _pairwise_squares(flat, 0, flat.size)
+
+
+PAIRWISE_BLOCK = 128  # numpy's pairwise sum: blocks of at most 128 entries, 8 running sums each
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_squares(a, start, n):
+    """numpy's pairwise summation (umath's pairwise_sum) of a[start:start+n] squared in
+    float64: below 8 entries one running sum; up to a block, 8 interleaved sums added
+    as ((0+1)+(2+3))+((4+5)+(6+7)), then the rest; above, two halves split at a
+    multiple of 8. (A float32 squared is exact in float64.)"""
+    if n < 8:
+        total = 0.0
+        for i in range(start, start + n):
+            x = np.float64(a[i])
+            total += x * x
+        return total
+    if n <= PAIRWISE_BLOCK:
+        x0, x1, x2, x3 = (
+            np.float64(a[start]),
+            np.float64(a[start + 1]),
+            np.float64(a[start + 2]),
+            np.float64(a[start + 3]),
+        )
+        x4, x5, x6, x7 = (
+            np.float64(a[start + 4]),
+            np.float64(a[start + 5]),
+            np.float64(a[start + 6]),
+            np.float64(a[start + 7]),
+        )
+        r0, r1, r2, r3, r4, r5, r6, r7 = x0 * x0, x1 * x1, x2 * x2, x3 * x3, x4 * x4, x5 * x5, x6 * x6, x7 * x7
+        i, end = start + 8, start + n - n % 8
+        while i < end:
+            x0, x1, x2, x3 = np.float64(a[i]), np.float64(a[i + 1]), np.float64(a[i + 2]), np.float64(a[i + 3])
+            x4, x5, x6, x7 = np.float64(a[i + 4]), np.float64(a[i + 5]), np.float64(a[i + 6]), np.float64(a[i + 7])
+            r0, r1, r2, r3 = r0 + x0 * x0, r1 + x1 * x1, r2 + x2 * x2, r3 + x3 * x3
+            r4, r5, r6, r7 = r4 + x4 * x4, r5 + x5 * x5, r6 + x6 * x6, r7 + x7 * x7
+            i += 8
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for k in range(end, start + n):
+            x = np.float64(a[k])
+            total += x * x
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_squares(a, start, half) + _pairwise_squares(a, start + half, n - half)
 
 
 def sigmoid(z: float) -> float:

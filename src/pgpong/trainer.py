@@ -19,7 +19,7 @@ import numpy as np
 from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, fsync_dir, fsync_file, save_checkpoint
 from pgpong.errors import PgpongError
-from pgpong.policy import Params, RMSProp, squared_norm
+from pgpong.policy import Params, RMSProp
 from pgpong.pool import BatchResult, Finished, Pool
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
@@ -37,10 +37,14 @@ def _check_finite(params: Params, what: str, batch: int, step: str, batch_size: 
     # Checked before the batch's row and checkpoint are written: the last good
     # checkpoint stays the newest, and no NaN reaches the disk.
     if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
-        raise TrainingDiverged(
-            f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-            f"({step}; {schedule.divergence_advice(batch_size)}): nothing of this batch was written"
-        )
+        raise TrainingDiverged(_diverged(what, batch, step, batch_size))
+
+
+def _diverged(what: str, batch: int, step: str, batch_size: int) -> str:
+    return (
+        f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
+        f"({step}; {schedule.divergence_advice(batch_size)}): nothing of this batch was written"
+    )
 
 
 class Trainer:
@@ -124,8 +128,12 @@ class Trainer:
                 state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
                 self.optimizer.step(state.weights, played.grad)
-            _check_finite(state.weights, "the weights", *checked)
-            _check_finite(state.cache, "the RMSProp cache", *checked)
+            for what, finite in [
+                ("the weights", self.optimizer.weights_finite),
+                ("the RMSProp cache", self.optimizer.cache_finite),
+            ]:
+                if not finite:
+                    raise TrainingDiverged(_diverged(what, *checked))
             self._publish_next()  # its matches start now, while this batch's row and logs are written
             now = time.monotonic()
             batch_s = now - began
@@ -217,11 +225,10 @@ class Trainer:
 
     def _diagnostic_columns(self, played: Diagnostics) -> dict[str, float]:
         """The row's diagnostics: the batch's episodes' (added in episode order) and
-        the norms of the weights and of the update after the step (a few ms)."""
-        weights = self.state.weights
+        the norms of the weights and of the update, from the step."""
         columns = {
-            "w1_norm": math.sqrt(squared_norm(weights.W1)),
-            "w2_norm": math.sqrt(squared_norm(weights.W2)),
+            "w1_norm": math.sqrt(self.optimizer.weight_squares[0]),  # (summed in the step, as numpy sums)
+            "w2_norm": math.sqrt(self.optimizer.weight_squares[1]),
             "update_norm": self.optimizer.last_update_norm,
             "update_clip": self.optimizer.last_clip,
         }
