@@ -298,7 +298,7 @@ def numpy_step(weights, grad, cache, lr, decay, max_norm):
         updates.append(update)
     norm = np.sqrt(sum(float(np.square(u, dtype=np.float64).sum()) for u in updates))
     clip = max_norm / norm if max_norm and norm > max_norm else 1.0
-    for n, update in zip(("W1", "W2"), updates):
+    for n, update in zip(("W1", "W2"), updates, strict=True):
         update *= update.dtype.type(clip)
         getattr(weights, n).__iadd__(update)
     return clip

@@ -34,7 +34,9 @@ def groups(workers: int, at_most: int) -> list[int]:
 # start within a few milliseconds.
 LEADER_WORKERS = 32
 REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
-POLL_SECONDS = 0.5  # how often the driver reads the queue's reports (and whenever a leader's run ends)
+# how often the driver reads the queue's reports (and whenever a leader's run ends): for live
+# progress only, as the last read, after the sum, brings the rest
+POLL_SECONDS = 1.0
 GUIDED = 4  # a node's request to the cluster's queue brings at least 1/GUIDED of its share of what is left
 
 

@@ -12,7 +12,7 @@ constants measured on this project's machine (docs/SCALING.md says how).
                 wait for each other: an upper bound): starting the matches, the last
                 sums (the node's, then the reducer's on several nodes), the RMSProp step
     driver CPU  a fixed part (receiving the sum, RMSProp, the row), a part per second
-                of the update (reading the queue's reports twice a second), and a part
+                of the update (reading the queue's reports once a second), and a part
                 per match (its stats, in order); none per node since the leaders' runs
                 go on from batch to batch
     queue CPU   the queue actor's (it hands out the matches, takes the nodes' reports
