@@ -110,10 +110,12 @@ def test_lost_node_mid_batch_then_a_node_with_room_identical_weights_throughout(
 
 
 @pytest.mark.long
-def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluster, monkeypatch):
-    """--lag 1 on three nodes: a node goes when the third batch has started, while the
-    second may still be playing; the matches it held of either batch are played
-    again elsewhere, and the weights are those of --workers 0 with the same lag."""
+@pytest.mark.parametrize("lag", [{"lag": 1}, {"lag_share": 0.5}], ids=["lag1", "share0.5"])
+def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluster, monkeypatch, lag):
+    """--lag 1 (or --lag-share 0.5: each batch in two parts) on three nodes: a node goes
+    when the third batch has started, while the second may still be playing; the
+    matches it held of either batch are played again elsewhere, and the weights are
+    those of --workers 0 with the same lag."""
     import ray
 
     from pgpong.pool.cluster_pool import ClusterPool
@@ -121,7 +123,7 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
     c, worker_node = cluster
     c.add_node(num_cpus=1, object_store_memory=STORE)
     c.wait_for_nodes()
-    lagged = {**SETTINGS, "batch_size": 6, "lag": 1}
+    lagged = {**SETTINGS, "batch_size": 6, **lag}
     started = tmp_path / "batch-3-started"
     set_fault(monkeypatch, f"mark:2:{started}")
     pool = ClusterPool(WorkerSettings("ALE/Pong-v5", SETTINGS["max_episode_steps"], entropy_bonus=BONUS), 3)
