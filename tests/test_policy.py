@@ -340,6 +340,24 @@ def test_rmsprop_says_when_the_weights_or_the_cache_stop_being_finite():
     assert not optimizer.cache_finite and optimizer.weights_finite and np.isinf(cache.W2[3])
     with pytest.raises(ValueError, match="one contiguous layout"):
         optimizer.step(weights, Params(np.ascontiguousarray(grad.W1), grad.W2))  # C order against Fortran
+    cache.W1[0, 0] = -np.inf  # (only a broken checkpoint could hold one)
+    optimizer.step(Params.of(np.ones((4, 8)), np.ones(4)), Params.of(np.ones((4, 8)), np.ones(4)))
+    assert not optimizer.cache_finite
+
+
+def test_rmsprop_takes_one_unit_arrays_whatever_their_strides():
+    """With one hidden unit a (1, D) array is C- and Fortran-contiguous at once, and
+    numpy may give a sum C strides (BatchResult.plus, --lag-share)."""
+    rng = np.random.default_rng(13)
+    weights = Params.of(rng.standard_normal((1, 50)), np.array([0.5]))
+    want = Params.of(weights.W1, weights.W2)
+    grad = Params.of(rng.standard_normal((1, 50)), np.array([0.1]))
+    c_strided = Params(np.empty((1, 50), dtype=np.float32, order="C"), grad.W2)
+    c_strided.W1[:] = grad.W1
+    assert c_strided.W1.strides == (200, 4) and weights.W1.strides == (4, 4)
+    RMSProp(0.01, 0.9, weights.zeros_like()).step(weights, c_strided)
+    RMSProp(0.01, 0.9, want.zeros_like()).step(want, grad)
+    assert weights.W1.tobytes() == want.W1.tobytes()
 
 
 def test_squared_norm_is_numpys_pairwise_sum_to_the_bit():

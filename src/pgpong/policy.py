@@ -270,17 +270,17 @@ class RMSProp:
 
 
 def _flat(*arrays: np.ndarray) -> list[np.ndarray]:
-    """Arrays of one shape and memory layout as flat views of their memory, element k
-    of each the same entry; raises rather than let a copy take an in-place write."""
-    first = arrays[0]
-    for array in arrays:
-        if (
-            array.shape != first.shape
-            or array.strides != first.strides
-            or not (array.flags.c_contiguous or array.flags.f_contiguous)
-        ):
-            raise ValueError("RMSProp needs weights, gradient and cache of one contiguous layout")
-    return [array.ravel(order="K") for array in arrays]
+    """Arrays of one shape, all Fortran-contiguous or all C-contiguous, as flat views of
+    their memory in that order, element k of each the same entry (with one unit, a
+    (1, D) array is both, whatever its strides); raises rather than let a copy take an
+    in-place write."""
+    if any(array.shape != arrays[0].shape for array in arrays):
+        raise ValueError("RMSProp needs weights, gradient and cache of one shape")
+    if all(array.flags.f_contiguous for array in arrays):
+        return [array.ravel(order="F") for array in arrays]
+    if all(array.flags.c_contiguous for array in arrays):
+        return [array.ravel(order="C") for array in arrays]
+    raise ValueError("RMSProp needs weights, gradient and cache of one contiguous layout")
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -295,7 +295,7 @@ def _rmsprop_pass(g, c, update, decay, keep, lr, eps):
         ci = c[i] * decay + gi * gi * keep
         c[i] = ci
         update[i] = gi / (np.sqrt(ci) + eps) * lr
-        bad |= not ci <= big  # (NaN compares false)
+        bad |= not abs(ci) <= big  # (NaN compares false; -inf only from a broken cache)
     return not bad
 
 
