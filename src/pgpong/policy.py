@@ -264,7 +264,7 @@ class RMSProp:
         self.last_clip = limit / norm if limit and norm > limit else 1.0  # (0 or None: no clipping)
         self.last_update_norm = norm * self.last_clip
         for flat_w, update in updates:  # W <- W + the update (times last_clip, in the weights' precision)
-            _add_pass(flat_w, update, flat_w.dtype.type(self.last_clip), self.last_clip != 1.0)
+            _add_pass(flat_w, update, flat_w.dtype.type(self.last_clip))
         self.weight_squares = (squared_norm(weights.W1), squared_norm(weights.W2))
         self.weights_finite = all(math.isfinite(s) for s in self.weight_squares)  # (a float32 squared never overflows)
 
@@ -300,11 +300,10 @@ def _rmsprop_pass(g, c, update, decay, keep, lr, eps):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _add_pass(w, update, clip, clipping):
-    """w <- w + update (update <- update * clip first, when clipping)."""
+def _add_pass(w, update, clip):
+    """w <- w + update * clip (a clip of 1 changes no bit of the update)."""
     for i in range(w.size):
-        u = update[i] * clip if clipping else update[i]
-        w[i] += u
+        w[i] += update[i] * clip
 
 
 def squared_norm(array: np.ndarray) -> float:

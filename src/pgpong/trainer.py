@@ -33,18 +33,14 @@ class TrainingDiverged(PgpongError, RuntimeError):
     """The weights, the RMSProp cache or a gradient became NaN or infinite."""
 
 
-def _check_finite(params: Params, what: str, batch: int, step: str, batch_size: int) -> None:
+def _check_finite(finite: bool, what: str, batch: int, step: str, batch_size: int) -> None:
     # Checked before the batch's row and checkpoint are written: the last good
     # checkpoint stays the newest, and no NaN reaches the disk.
-    if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
-        raise TrainingDiverged(_diverged(what, batch, step, batch_size))
-
-
-def _diverged(what: str, batch: int, step: str, batch_size: int) -> str:
-    return (
-        f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
-        f"({step}; {schedule.divergence_advice(batch_size)}): nothing of this batch was written"
-    )
+    if not finite:
+        raise TrainingDiverged(
+            f"batch {batch}: {what} became NaN or infinite; the likely cause is the learning rate "
+            f"({step}; {schedule.divergence_advice(batch_size)}): nothing of this batch was written"
+        )
 
 
 class Trainer:
@@ -121,19 +117,18 @@ class Trainer:
         played = self._play(playing, episodes, finished)  # the exact sum of its gradients
         step = schedule.step_description(cfg, learning_rate, self.optimizer.decay_rate, warmup)
         checked = (state.batch + 1, step, batch_size)
-        _check_finite(played.grad, "the batch's summed gradient", *checked)
+        grad = played.grad
+        _check_finite(
+            bool(np.isfinite(grad.W1).all() and np.isfinite(grad.W2).all()), "the batch's summed gradient", *checked
+        )
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
             self._half_done = True  # until the step is finite and the row written: nothing of it may be saved
             if cfg.lagged:  # the next batch plays (some of its matches with) the weights from before this update
                 state.previous = Params.of(state.weights.W1, state.weights.W2)
             with clock("rmsprop step"):
-                self.optimizer.step(state.weights, played.grad)
-            for what, finite in [
-                ("the weights", self.optimizer.weights_finite),
-                ("the RMSProp cache", self.optimizer.cache_finite),
-            ]:
-                if not finite:
-                    raise TrainingDiverged(_diverged(what, *checked))
+                self.optimizer.step(state.weights, grad)
+            _check_finite(self.optimizer.weights_finite, "the weights", *checked)
+            _check_finite(self.optimizer.cache_finite, "the RMSProp cache", *checked)
             self._publish_next()  # its matches start now, while this batch's row and logs are written
             now = time.monotonic()
             batch_s = now - began
