@@ -173,7 +173,7 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
         played = pool.play_batch(weights, episodes)
         ticket = announced()
         pool.publish(ticket, weights)
-        published = pool.collect(ticket)
+        published = pool.collect([ticket])
     for grad in (played.grad, published.grad):
         np.testing.assert_array_equal(grad.W1, expected.W1)
         np.testing.assert_array_equal(grad.W2, expected.W2)

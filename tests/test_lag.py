@@ -196,8 +196,8 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
     class Counting(ClusterPool):  # how many matches the queue had handed out when each batch was collected
         handed: list[int]
 
-        def collect(self, ticket, finished=lambda result: None):
-            played = super().collect(ticket, finished)
+        def collect(self, tickets, finished=lambda result: None):
+            played = super().collect(tickets, finished)
             self.handed.append(ray.get(self._queue.handed_out.remote()))
             return played
 
@@ -233,9 +233,10 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         on_ray = train_in_process(tmp_path / "shared-ray", 2, 4, shared, pool=pool)
         alone = train_in_process(tmp_path / "shared", 0, 4, shared)
         assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
-        # when batch k's second part was in, the next batch's first had been handed out
-        ends = [handed - base for handed in pool.handed[1::2]]
-        assert len(pool.handed) == 8 and any(handed > 8 * k for k, handed in enumerate(ends[:3], start=1)), ends
+        # when batch k was in (its two parts collected at once), the next batch's first
+        # part had been handed out
+        ends = [handed - base for handed in pool.handed]
+        assert len(pool.handed) == 4 and any(handed > 8 * k for k, handed in enumerate(ends[:3], start=1)), ends
         assert ends[3] == 4 * 8
     finally:
         pool.close()

@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from pgpong.pool.base import BatchMeasures, BatchResult
 from pgpong.pool.reducer import NodeShare, Reducer
 from pgpong.pool.sums import ExactSum, IntegerGradient
 from test_sums import H, random_gradients
@@ -20,7 +21,7 @@ def test_the_total_waits_for_every_match_and_is_their_exact_sum():
     async def scenario():
         reducer, (first, second, third) = Reducer(), parts(3)
         await reducer.open(1, 3)
-        result = asyncio.ensure_future(reducer.result(1))
+        result = asyncio.ensure_future(reducer.result([1]))
         assert await reducer.add(1, 0, first, [0], None)  # sent ahead of node 0's last match
         assert await reducer.add(1, 1, second, [2], NodeShare(2, 0.5))
         await asyncio.sleep(0.01)
@@ -48,6 +49,46 @@ def test_a_lost_node_and_a_cancelled_batch_take_nothing_more():
         await reducer.forget(1)
         assert not await reducer.add(1, 1, second, [1], NodeShare(1, 0.0))
         with pytest.raises(KeyError):
-            await reducer.result(1)
+            await reducer.result([1])
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_in_two_parts_leaves_as_one_array_with_the_bits_of_their_dense_sum():
+    """--lag-share: the reducer waits for both parts, rounds each exact sum to float32
+    and adds them in float32, first part first: what BatchResult.plus gives from the
+    two parts' dense arrays, to the bit; the idle time is the last part's."""
+
+    async def scenario():
+        reducer, grads = Reducer(), random_gradients(5, seed=4)
+        await reducer.open(1, 2)
+        await reducer.open(2, 3)
+        result = asyncio.ensure_future(reducer.result([1, 2]))
+        first_done = asyncio.ensure_future(reducer.complete(1))
+        for position, grad in enumerate(grads[2:]):
+            assert await reducer.add(
+                2, 0, IntegerGradient.of(grad), [position], NodeShare(1, 0.0) if position == 2 else None
+            )
+        await asyncio.sleep(0.01)
+        assert not result.done() and not first_done.done()  # the second part is in, not the first
+        assert await reducer.add(1, 1, IntegerGradient.of(grads[0]), [0], None)
+        assert await reducer.add(1, 1, IntegerGradient.of(grads[1]), [1], NodeShare(7, 100.0))
+        await asyncio.wait_for(first_done, 5)
+        total = await asyncio.wait_for(result, 5)
+        dense = []
+        for part in (grads[:2], grads[2:]):
+            exact = ExactSum(H)
+            for grad in part:
+                exact.add(grad)
+            dense.append(exact.to_params())
+        expected = BatchResult(dense[0], BatchMeasures()).plus(BatchResult(dense[1], BatchMeasures())).grad
+        got = total.grad.dense()
+        assert np.array_equal(got.W1, expected.W1) and np.array_equal(got.W2, expected.W2)
+        assert len(total.grad.columns) < got.W1.shape[1]  # kept on the pixels the parts touched
+        assert total.workers == 1 and total.idle_s < 100  # the last part's node alone
+        assert await reducer.sent_ahead() == {0: 2, 1: 1}
+        await asyncio.wait_for(reducer.complete(1), 5)  # over here: no wait
+        with pytest.raises(KeyError):  # both parts were summed
+            await reducer.result([2])
 
     asyncio.run(scenario())

@@ -8,7 +8,7 @@ import pytest
 
 from pgpong.frames import D
 from pgpong.policy import EpisodeGradient
-from pgpong.pool.sums import MAX_MATCHES, MAX_VALUE, SCALE_BITS, ExactSum, IntegerGradient
+from pgpong.pool.sums import MAX_MATCHES, MAX_VALUE, SCALE_BITS, ExactSum, IntegerGradient, added
 
 H = 8
 
@@ -117,3 +117,22 @@ def test_the_largest_batch_is_the_exact_sums_limit():
 
     assert MAX_BATCH == MAX_MATCHES
     assert MAX_MATCHES * MAX_VALUE * 2**SCALE_BITS <= 2**63
+
+
+def test_two_float32_sums_added_on_their_pixels_give_the_bits_of_the_dense_addition():
+    """sums.added (the reducer joins a batch's two parts with it): on the union of their
+    pixels, shared ones included, the bits of adding the dense arrays; a NaN stays."""
+    first, then = random_gradients(2, seed=8)
+    shared = np.union1d(first.columns[:5], then.columns).astype(np.int16)  # five pixels in both
+    rng = np.random.default_rng(9)
+    scale = 10.0 ** rng.integers(-6, 3, size=(H, len(shared)))
+    then = EpisodeGradient(
+        shared, np.asfortranarray((rng.standard_normal((H, len(shared))) * scale).astype(np.float32)), then.W2
+    )
+    for a, b in ((first, then), (then, first)):
+        got, dense_a, dense_b = added(a, b), a.dense(), b.dense()
+        assert list(got.columns) == sorted(set(a.columns) | set(b.columns))
+        assert np.array_equal(got.dense().W1, dense_a.W1 + dense_b.W1)
+        assert np.array_equal(got.W2, dense_a.W2 + dense_b.W2)
+    broken = EpisodeGradient(np.zeros(0, np.int16), np.zeros((H, 0), np.float32), np.full(H, np.nan, np.float32))
+    assert np.isnan(added(first, broken).W2).all()

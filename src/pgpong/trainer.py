@@ -191,8 +191,7 @@ class Trainer:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
             self._ahead[following] = (self._put_in(state.weights, ahead), ahead)
-        parts = [pool.collect(ticket, finished) for ticket in tickets if ticket is not None]  # in episode order
-        return parts[0] if len(parts) == 1 else parts[0].plus(parts[1])
+        return pool.collect([ticket for ticket in tickets if ticket is not None], finished)  # in episode order
 
     def _put_in(self, weights: Params, episodes: list[EpisodeId]) -> Tickets:
         """A batch into the pool: its first matches (all with --lag 1, the --lag-share

@@ -4,6 +4,7 @@ the Pool interface and its error."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 from collections.abc import Callable, Iterator
@@ -150,11 +151,14 @@ class OneBatchAtATime:
         not change before (the trainer collects it next)."""
         self._waiting[ticket] = (weights, self._waiting[ticket][1])
 
-    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
-        weights, episodes = self._waiting.pop(ticket)
-        if weights is None:
-            raise ValueError(f"batch {ticket} was announced but never published")
-        return self.play_batch(weights, episodes, finished)
+    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult:
+        parts = []
+        for ticket in tickets:
+            weights, episodes = self._waiting.pop(ticket)
+            if weights is None:
+                raise ValueError(f"batch {ticket} was announced but never published")
+            parts.append(self.play_batch(weights, episodes, finished))
+        return functools.reduce(BatchResult.plus, parts)
 
     def cancel(self) -> None:
         self._waiting.clear()
@@ -189,7 +193,10 @@ class Pool(Protocol):
 
     def publish(self, ticket: int, weights: Params) -> None: ...
 
-    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult: ...
+    # A batch is collected by its parts' tickets, in episode order (two with --lag-share:
+    # its first matches submitted, the rest announced); its sum is theirs, added as
+    # BatchResult.plus adds them.
+    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult: ...
 
     def cancel(self) -> None: ...  # batches submitted and not collected are dropped
 

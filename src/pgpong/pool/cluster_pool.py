@@ -146,7 +146,7 @@ class ClusterPool:
         self, weights: Params, episodes: list[EpisodeId], finished: Finished = ignore_episode
     ) -> BatchResult:
         """Play the batch on every node; the exact sum of its gradients, from the reducer."""
-        return self.collect(self.submit(weights, episodes), finished)
+        return self.collect([self.submit(weights, episodes)], finished)
 
     def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
         """Add the batch to the queue (after those in play): the leaders start on it as
@@ -194,19 +194,27 @@ class ClusterPool:
             del self._announced[batch], self._in_play[batch]
             self._recalled[batch] = episodes
 
-    def collect(self, ticket: int, finished: Finished = ignore_episode) -> BatchResult:
-        """Wait for the batch's matches (their stats to `finished`, in order); the exact
-        sum of its gradients, from the reducer."""
-        ticket = self._renamed.pop(ticket, ticket)
-        in_play = self._in_play[ticket]
-        measures, replaced, in_order = in_play.measures, self.replaced, InOrder(finished)
-        result = self._reducer.result.remote(ticket)
-        for position, stats in self._follow(ticket, [result]):
-            in_order.add(position, stats)
-        if in_order.next != len(in_play.episodes):  # each match's stats reach the trainer, or the batch fails
-            missing = len(in_play.episodes) - in_order.next
-            raise PoolError(f"the stats of {missing} match(es) of the batch never arrived")
-        self._over(ticket)
+    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult:
+        """Wait for the batch's matches (its parts' tickets, in episode order: their
+        stats to `finished`, in order); the exact sum of its gradients, from the
+        reducer, which adds the parts' sums itself: one array into the driver."""
+        parts = [self._renamed.pop(ticket, ticket) for ticket in tickets]
+        replaced, result = self.replaced, self._reducer.result.remote(parts)
+        earlier: list[BatchMeasures] = []
+        for part in parts:  # each part's stats until its matches are all in the sum (the last's: the total)
+            in_play, in_order = self._in_play[part], InOrder(finished)
+            ready = result if part == parts[-1] else self._reducer.complete.remote(part)
+            for position, stats in self._follow(part, [ready]):
+                in_order.add(position, stats)
+            if in_order.next != len(in_play.episodes):  # each match's stats reach the trainer, or the batch fails
+                missing = len(in_play.episodes) - in_order.next
+                raise PoolError(f"the stats of {missing} match(es) of the batch never arrived")
+            self._over(part)
+            earlier.append(in_play.measures)
+        measures = earlier.pop()
+        for before in earlier:  # (an earlier part's time to publish)
+            for phase, seconds in before.seconds.items():
+                measures.add_seconds(phase, seconds)
         began = time.perf_counter()
         total: Total = self._ray.get(result, timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)

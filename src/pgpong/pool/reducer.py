@@ -7,12 +7,13 @@ workers' idle time at the batch's end, and their leaders' phases."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from pgpong.policy import EpisodeGradient
-from pgpong.pool.sums import ExactSum, IntegerGradient
+from pgpong.pool.sums import ExactSum, IntegerGradient, added
 
 
 @dataclass
@@ -47,6 +48,11 @@ class Summing:
 
     def complete(self) -> bool:
         return self.total is not None and self.total.matches >= self.matches
+
+    def rounded(self) -> EpisodeGradient:
+        """The complete sum, in float32."""
+        assert self.total is not None
+        return self.total.compact().to_float()
 
 
 class Reducer:
@@ -102,22 +108,33 @@ class Reducer:
             summing.closed.add(node)
         return {batch: summing.counted.get(node, []) for batch, summing in self.batches.items()}
 
-    async def result(self, batch: int) -> Total:
-        """The batch's sum, once every match of it is in (then the batch is over here),
-        with the nodes' account of it: a node's workers idle from the moment it sent its
-        sum until the total was complete."""
+    async def complete(self, batch: int) -> None:
+        """Once every match of the batch is in its sum (which stays here for result()),
+        or the batch is over here (summed in a result, or cancelled)."""
         async with self._news:
             await self._news.wait_for(lambda: batch not in self.batches or self.batches[batch].complete())
-        if batch not in self.batches:
-            raise KeyError(f"batch {batch} was cancelled")
-        summing = self.batches.pop(batch)
-        assert summing.total is not None
+
+    async def result(self, parts: list[int]) -> Total:
+        """The sum of a batch played as `parts` (its batches here, in episode order: one,
+        or two with --lag-share), once every match of each is in; then they are over
+        here. Each part's exact sum is rounded to float32 once, and the parts' sums are
+        added in float32 in that order, as BatchResult.plus adds them, so one array
+        leaves the reducer. The nodes' account: of the last part (which ends the
+        batch), a node's workers idle from the moment it sent its sum until the total
+        was complete; the leaders' phases of every part."""
+        for batch in parts:
+            await self.complete(batch)
+            if batch not in self.batches:
+                raise KeyError(f"batch {batch} was cancelled")
+        summings = [self.batches.pop(batch) for batch in parts]
+        grad = functools.reduce(added, [summing.rounded() for summing in summings])
         now, seconds = time.monotonic(), Counter[str]()
-        for _, share in summing.shares:
+        for _, share in (item for summing in summings for item in summing.shares):
             seconds.update(share.seconds)
-        idle = sum(share.idle_s + share.workers * (now - came) for came, share in summing.shares)
-        workers = sum(share.workers for _, share in summing.shares)
-        return Total(summing.total.compact().to_float(), idle, workers, dict(seconds))
+        last = summings[-1].shares
+        idle = sum(share.idle_s + share.workers * (now - came) for came, share in last)
+        workers = sum(share.workers for _, share in last)
+        return Total(grad, idle, workers, dict(seconds))
 
     async def forget(self, batch: int) -> None:
         """The batch is cancelled: a result() waiting for it raises."""

@@ -145,6 +145,17 @@ class ExactSum:
         return params
 
 
+def added(first: EpisodeGradient, then: EpisodeGradient) -> EpisodeGradient:
+    """Two float32 sums (a batch's two parts, --lag-share) added in float32, on the
+    pixels either touched: to the bit what adding them as dense arrays gives (a pixel
+    one of them did not touch adds 0)."""
+    columns = np.union1d(first.columns, then.columns).astype(np.int16)
+    W1 = np.zeros((len(first.W2), len(columns)), dtype=first.W1_columns.dtype, order="F")
+    W1[:, np.searchsorted(columns, first.columns)] = first.W1_columns
+    W1[:, np.searchsorted(columns, then.columns)] += then.W1_columns
+    return EpisodeGradient(columns, W1, first.W2 + then.W2)
+
+
 @dataclass
 class Played:
     """A match as a rollout worker returns it to be summed: what the driver keeps of it
