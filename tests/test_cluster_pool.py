@@ -187,7 +187,7 @@ class BrokenPipePool(ClusterPool):
         self.broken: int | None = None
         super().__init__(WORKERS, 3)
 
-    def _add(self, method, weights, episodes, measures, *args):
+    def _add(self, method, weights, episodes, measures, *args, like=None):
         import ray
 
         @ray.remote(num_cpus=0)
@@ -200,7 +200,7 @@ class BrokenPipePool(ClusterPool):
                 ray.kill(leader, no_restart=True)  # as with its node, its workers go with it
                 del self._runs[run]
                 self._runs[broken_pipe.remote()] = (leader, added)
-        return super()._add(method, weights, episodes, measures, *args)
+        return super()._add(method, weights, episodes, measures, *args, like=like)
 
 
 @pytest.mark.slow

@@ -26,9 +26,9 @@ class Recording:
         self.played.append(Params.of(weights.W1, weights.W2))
         return self.pool.publish(ticket, weights)
 
-    def submit(self, weights, episodes):  # --lag 1: batches are submitted ahead, in batch order
+    def submit(self, weights, episodes, like=None):  # --lag 1: batches are submitted ahead, in batch order
         self.played.append(Params.of(weights.W1, weights.W2))
-        return self.pool.submit(weights, episodes)
+        return self.pool.submit(weights, episodes, like)
 
 
 def recorded_run(tmp_path, lag, iterations=4):
@@ -80,10 +80,13 @@ class Parts(Recording):
     def __init__(self, pool):
         super().__init__(pool)
         self.parts = {}  # ticket -> [episodes, weights]
+        self.likes = []  # (ticket, the ticket of the part in play said to play its weights)
 
-    def submit(self, weights, episodes):
-        ticket = self.pool.submit(weights, episodes)
+    def submit(self, weights, episodes, like=None):
+        ticket = self.pool.submit(weights, episodes, like)
         self.parts[ticket] = [list(episodes), Params.of(weights.W1, weights.W2)]
+        if like is not None:
+            self.likes.append((ticket, like))
         return ticket
 
     def announce(self, episodes):
@@ -120,6 +123,14 @@ def test_a_lag_share_plays_a_batch_s_first_matches_with_the_weights_from_before_
         assert same(stale, initial if batch < 2 else after[batch - 2])  # one update behind
         assert same(fresh, initial if batch < 1 else after[batch - 1])  # the newest
     assert sorted(by_batch) == [0, 1, 2, 3] and same(run.state.previous, after[-2])
+    # a batch's first part plays the weights of the part before it (the batch before's
+    # rest), and says so, so that a cluster's pool sends them once
+    assert len(pool.likes) == 3
+    for ticket, like in pool.likes:
+        assert (
+            pool.parts[like][0][0].batch == pool.parts[ticket][0][0].batch - 1 and pool.parts[like][0][0].episode == 2
+        )
+        assert same(pool.parts[ticket][1], pool.parts[like][1])
 
 
 def test_a_lag_share_steps_on_the_sum_of_its_two_parts(tmp_path):
@@ -230,6 +241,7 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         # --lag-share: each batch in two parts, the first submitted while the batch before plays
         shared, pool.handed = {**SHARED, "batch_size": 8}, []  # 3 matches behind, 5 with the newest weights
         base = ray.get(pool._queue.handed_out.remote())
+        reused = pool.queue_calls().get("reused weights", 0)
         on_ray = train_in_process(tmp_path / "shared-ray", 2, 4, shared, pool=pool)
         alone = train_in_process(tmp_path / "shared", 0, 4, shared)
         assert same(alone.weights, on_ray.weights) and same(alone.previous, on_ray.previous)
@@ -238,6 +250,9 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         ends = [handed - base for handed in pool.handed]
         assert len(pool.handed) == 4 and any(handed > 8 * k for k, handed in enumerate(ends[:3], start=1)), ends
         assert ends[3] == 4 * 8
+        # each batch's first part after the first went into the queue with the weights
+        # the queue had published for the batch before's rest, not sent again
+        assert pool.queue_calls()["reused weights"] - reused == 3
     finally:
         pool.close()
 

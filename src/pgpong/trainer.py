@@ -190,14 +190,15 @@ class Trainer:
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
-            self._ahead[following] = (self._put_in(state.weights, ahead), ahead)
+            self._ahead[following] = (self._put_in(state.weights, ahead, like=fresh), ahead)
         return pool.collect([ticket for ticket in tickets if ticket is not None], finished)  # in episode order
 
-    def _put_in(self, weights: Params, episodes: list[EpisodeId]) -> Tickets:
+    def _put_in(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> Tickets:
         """A batch into the pool: its first matches (all with --lag 1, the --lag-share
-        of them, or none) submitted with `weights`, the rest announced; their tickets."""
+        of them, or none) submitted with `weights` (those of the batch in play at
+        ticket `like`, if any: the pool may reuse them), the rest announced; their tickets."""
         stale = self.config.stale_matches(len(episodes))
-        submitted = self.pool.submit(weights, episodes[:stale]) if stale else None
+        submitted = self.pool.submit(weights, episodes[:stale], like) if stale else None
         return submitted, self.pool.announce(episodes[stale:]) if stale < len(episodes) else None
 
     def _publish_next(self) -> None:

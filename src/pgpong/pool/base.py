@@ -136,7 +136,7 @@ class OneBatchAtATime:
     ) -> BatchResult:
         raise NotImplementedError
 
-    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
+    def submit(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> int:
         self._tickets += 1
         self._waiting[self._tickets] = (Params.of(weights.W1, weights.W2), episodes)
         return self._tickets
@@ -184,7 +184,9 @@ class Pool(Protocol):
     # --lag 1: the next batch is submitted before this one is collected. A pool that
     # can overlap them starts it at once (ClusterPool); the others play it when it is
     # collected (OneBatchAtATime). The weights are the same either way.
-    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int: ...  # a ticket for collect
+    # `like`: the ticket of a batch in play that plays the same weights (--lag-share: the
+    # next batch's first part plays those of this one's rest), which a pool may reuse.
+    def submit(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> int: ...  # a ticket
 
     # Without a lag the next batch is announced before this one is collected, and
     # published with the weights this update makes. A pool that can hands its matches

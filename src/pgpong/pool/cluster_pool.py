@@ -148,10 +148,14 @@ class ClusterPool:
         """Play the batch on every node; the exact sum of its gradients, from the reducer."""
         return self.collect([self.submit(weights, episodes)], finished)
 
-    def submit(self, weights: Params, episodes: list[EpisodeId]) -> int:
+    def submit(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> int:
         """Add the batch to the queue (after those in play): the leaders start on it as
-        their workers free up. A ticket for collect."""
-        batch = self._add("play", weights, episodes, BatchMeasures())
+        their workers free up. `like`: a batch in play whose weights these are (they are
+        published already: the queue reuses them, and no 5 MB goes out again). A ticket
+        for collect."""
+        like = self._renamed.get(like, like) if like is not None else None
+        shared = like if like in self._in_play and like not in self._announced else None
+        batch = self._add("play", weights, episodes, BatchMeasures(), like=shared)
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 
@@ -261,10 +265,17 @@ class ClusterPool:
             self._over(batch)
 
     def _add(
-        self, method: str, weights: Params | None, episodes: list[EpisodeId], measures: BatchMeasures, *args: Any
+        self,
+        method: str,
+        weights: Params | None,
+        episodes: list[EpisodeId],
+        measures: BatchMeasures,
+        *args: Any,
+        like: int | None = None,
     ) -> int:
-        """Put a batch in the queue, which publishes its weights (None: announced), and,
-        to be summed, in the reducer; start the leaders that are not running; its number."""
+        """Put a batch in the queue, which publishes its weights (None: announced; the
+        same as batch `like`'s, published, if it still has them), and, to be summed, in
+        the reducer; start the leaders that are not running; its number."""
         ray, stall_s = self._ray, self._limits.stall_s
         self._batch += 1
         if method == "play":  # in the reducer before any leader can have a sum of it
@@ -274,7 +285,8 @@ class ClusterPool:
         # types), which packs those itself but pickles each tuple, named or not, on its own
         # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
         plain = [list(episode) for episode in episodes]
-        ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
+        if like is None or not ray.get(self._queue.add_like.remote(self._batch, plain, method, like), timeout=stall_s):
+            ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
         measures.add_seconds(PUBLISHING, time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1

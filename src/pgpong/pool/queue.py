@@ -25,6 +25,7 @@ the weights: the gradients are summed exactly (sums.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -110,11 +111,27 @@ class WorkQueue:
         (their borrowing, the copies' locations) are kept here rather than in the
         driver, where at 11x18 they took about half of its CPU time per update
         (docs/SCALING.md)."""
-        published = None if weights is None else publish(weights)[0]
+        self._put(batch, episodes, (method, None if weights is None else publish(weights)[0], args))
+
+    def _put(self, batch: int, episodes: list[EpisodeId], job: Job) -> None:
         self.overlapping = self.overlapping or bool(self.batches)
         episodes = [EpisodeId(*episode) for episode in episodes]  # (sent as lists: ClusterPool._add)
-        self.batches[batch] = QueuedBatch(episodes, (method, published, args), deque(range(len(episodes))))
+        self.batches[batch] = QueuedBatch(episodes, job, deque(range(len(episodes))))
         self._lock.notify_all()
+
+    @_locked
+    def add_like(self, batch: int, episodes: list[EpisodeId], method: str, like: int) -> bool:
+        """A batch to play with the weights of batch `like`, an announced batch still in
+        play whose weights are published: its workers have them, so those of another
+        node read them in place too (--lag-share's next part: no 5 MB from the driver,
+        no copy per node). False, and nothing added, if `like` no longer has them."""
+        queued = self.batches.get(like)
+        if queued is None or queued.job[1] is None:
+            return False
+        published = dataclasses.replace(queued.job[1], in_place=True)
+        self.calls["reused weights"] += 1
+        self._put(batch, episodes, (method, published, ()))
+        return True
 
     @_locked
     def publish(self, batch: int, weights: Params) -> None:
@@ -246,7 +263,8 @@ class WorkQueue:
 
     @_locked
     def call_counts(self) -> dict[str, int]:
-        """The nodes' requests ("take") and reports ("report") so far."""
+        """The nodes' requests ("take") and reports ("report") so far, and the batches
+        added with the weights of another ("reused weights")."""
         return dict(self.calls)
 
     @_locked
@@ -358,7 +376,7 @@ class QueueFeed:
             call = self.queue.weights_for.remote(batch)
             self._to_come[call] = batch
             return method, WeightsToCome(call), args
-        return node_copy(job) if self.copy_weights else job
+        return node_copy(job) if self.copy_weights and not published.in_place else job
 
     def tidy(self, todo: deque) -> None:
         """Drop the matches not yet started of batches no longer in play."""

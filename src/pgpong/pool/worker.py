@@ -59,6 +59,10 @@ class PublishedWeights:
     0.6 ms of a worker's pause between two episodes)."""
 
     ref: Any
+    # the weights of an announced batch still in play, played again by another
+    # (--lag-share: the next batch's first part): the workers have them already, so a
+    # leader of another node makes no copy of them (pool/queue.py node_copy)
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
