@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
+from pgpong.cluster import nodes_with_cpus
 from pgpong.config import TrainConfig
 from pgpong.pool import WorkerSettings
-from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
+from pgpong.pool.cluster_pool import ClusterPool
 from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import DIAGNOSTICS, read_progress

@@ -216,6 +216,15 @@ def cluster_cpus() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+def nodes_with_cpus() -> list[tuple[str, int]]:
+    """(node id, CPUs) of the cluster's live nodes that have CPUs, head first."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1]
+    nodes.sort(key=lambda n: not n.get("Resources", {}).get("node:__internal_head__"))
+    return [(n["NodeID"], int(n["Resources"]["CPU"])) for n in nodes]
+
+
 def ray_running() -> bool:
     """Whether this process is connected to Ray (without importing it when it was not)."""
     ray = sys.modules.get("ray")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pgpong.cluster import cluster_cpus, start_ray
+from pgpong.cluster import cluster_cpus, nodes_with_cpus, start_ray
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -75,7 +75,7 @@ def open_pool(
         note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
         workers = cpus
     kind = kind or WorkerKind(RolloutWorker)
-    from pgpong.pool.cluster_pool import ClusterPool, nodes_with_cpus
+    from pgpong.pool.cluster_pool import ClusterPool
     from pgpong.pool.ray_pool import RayPool
 
     if overlap or len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:

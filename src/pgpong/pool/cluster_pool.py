@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgpong.cluster import nodes_with_cpus
 from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, shares
 from pgpong.policy import Params
 from pgpong.pool.base import (
@@ -204,7 +206,7 @@ class ClusterPool:
         reducer, which adds the parts' sums itself: one array into the driver."""
         parts = [self._renamed.pop(ticket, ticket) for ticket in tickets]
         replaced, result = self.replaced, self._reducer.result.remote(parts)
-        earlier: list[BatchMeasures] = []
+        seconds = Counter[str]()  # each part's (its time to publish)
         for part in parts:  # each part's stats until its matches are all in the sum (the last's: the total)
             in_play, in_order = self._in_play[part], InOrder(finished)
             ready = result if part == parts[-1] else self._reducer.complete.remote(part)
@@ -214,11 +216,9 @@ class ClusterPool:
                 missing = len(in_play.episodes) - in_order.next
                 raise PoolError(f"the stats of {missing} match(es) of the batch never arrived")
             self._over(part)
-            earlier.append(in_play.measures)
-        measures = earlier.pop()
-        for before in earlier:  # (an earlier part's time to publish)
-            for phase, seconds in before.seconds.items():
-                measures.add_seconds(phase, seconds)
+            seconds.update(in_play.measures.seconds)
+        measures = in_play.measures
+        measures.seconds = dict(seconds)
         began = time.perf_counter()
         total: Total = self._ray.get(result, timeout=self._limits.stall_s)
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
@@ -436,7 +436,7 @@ class ClusterPool:
             ray.get(self._queue.stop.remote(), timeout=10)
             if self._runs:
                 ray.wait(list(self._runs), num_returns=len(self._runs), timeout=1.0)
-        running = {leader for ref, (leader, _) in self._runs.items() if not _finished(ref)}
+        running = {leader for ref, (leader, _) in self._runs.items() if not ray.wait([ref], timeout=0)[0]}
         for leader in self._leaders:
             if leader not in running:
                 with contextlib.suppress(self._ray.exceptions.RayError):
@@ -445,19 +445,3 @@ class ClusterPool:
         for actor in (self._queue, self._reducer):
             self._ray.kill(actor)
         self._leaders = {}
-
-
-def _finished(ref: Any) -> bool:
-    import ray
-
-    done, _ = ray.wait([ref], timeout=0)
-    return bool(done)
-
-
-def nodes_with_cpus() -> list[tuple[str, int]]:
-    """(node id, CPUs) of the cluster's live nodes that have CPUs, head first."""
-    import ray
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1]
-    nodes.sort(key=lambda n: not n.get("Resources", {}).get("node:__internal_head__"))
-    return [(n["NodeID"], int(n["Resources"]["CPU"])) for n in nodes]
