@@ -152,12 +152,11 @@ class ClusterPool:
 
     def submit(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> int:
         """Add the batch to the queue (after those in play): the leaders start on it as
-        their workers free up. `like`: a batch in play whose weights these are (they are
-        published already: the queue reuses them, and no 5 MB goes out again). A ticket
+        their workers free up. `like`: a batch in play whose weights these are (if the
+        queue has published them, it reuses them, and no 5 MB goes out again). A ticket
         for collect."""
         like = self._renamed.get(like, like) if like is not None else None
-        shared = like if like in self._in_play and like not in self._announced else None
-        batch = self._add("play", weights, episodes, BatchMeasures(), like=shared)
+        batch = self._add("play", weights, episodes, BatchMeasures(), like=like)
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 

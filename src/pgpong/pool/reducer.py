@@ -129,8 +129,9 @@ class Reducer:
         summings = [self.batches.pop(batch) for batch in parts]
         grad = functools.reduce(added, [summing.rounded() for summing in summings])
         now, seconds = time.monotonic(), Counter[str]()
-        for _, share in (item for summing in summings for item in summing.shares):
-            seconds.update(share.seconds)
+        for summing in summings:
+            for _, share in summing.shares:
+                seconds.update(share.seconds)
         last = summings[-1].shares
         idle = sum(share.idle_s + share.workers * (now - came) for came, share in last)
         workers = sum(share.workers for _, share in last)
