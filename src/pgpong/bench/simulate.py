@@ -61,6 +61,7 @@ class SimulatedWorkers:
         self.seconds_per_step = seconds_per_step
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
+        self._resolving: dict[Any, threading.Lock] = {}  # an announced batch's answer, by its reference
         self._guard = threading.Lock()
         kept_for_life()  # as a leader does (a rollout worker does not: its Pong would never be freed)
 
@@ -69,8 +70,8 @@ class SimulatedWorkers:
     ) -> Played | Skipped:
         episode = EpisodeId(*episode)
         if isinstance(weights, WeightsToCome):  # waited for before the slot's lock (and without the guard):
-            resolved = self._weights.resolve(weights)  # the slot's calls may start in any order, and the
-            if resolved is None:  # match before this one, of the batch before, must not wait behind it
+            resolved = self._resolve(weights)  # the slot's calls may start in any order, and the match
+            if resolved is None:  # before this one, of the batch before, must not wait behind it
                 return Skipped()
             weights = resolved
         with self._guard:
@@ -84,6 +85,19 @@ class SimulatedWorkers:
             time.sleep(max(0.0, duration - (time.perf_counter() - began)))
             stats = dataclasses.replace(match.stats, episode=episode, seconds=duration, timings={})
             return Played(stats, match.grad)
+
+    def _resolve(self, weights: WeightsToCome) -> PublishedWeights | None:
+        """The leader's answer, read once for all the slots: the first slot to ask reads
+        it, the others wait for that one. Each of the workers the slots stand for would
+        read it in its own process at the same time; read by every slot in turn, in one
+        process, the last match of a wave would start tens of milliseconds after the
+        first on this machine, which no real node has."""
+        with self._guard:
+            lock = self._resolving.setdefault(weights.ref, threading.Lock())
+            while len(self._resolving) > 2 * WeightsCache.KEPT:  # the oldest, long answered
+                del self._resolving[next(iter(self._resolving))]
+        with lock:
+            return self._weights.resolve(weights)
 
     def pid(self, slot: int = 0) -> int:
         return os.getpid()
