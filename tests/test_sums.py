@@ -83,6 +83,31 @@ def test_a_match_keeps_only_the_pixels_it_touched():
     assert not dense.W1[:, untouched].any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sum_in_floats_has_the_bits_of_numpys_division_and_cast(dtype):
+    """ExactSum.rounded and IntegerGradient.to_float (one compiled pass each) give what
+    numpy's `(rows / 2.0**36).astype(dtype)` gives, for integers of every size: those
+    above 2**53 are rounded on their way to float64, and float32 rounds ties to even."""
+    rng = np.random.default_rng(11)
+    total = ExactSum(H)
+    for _ in range(4):
+        total.add(IntegerGradient.of(random_gradients(1, seed=int(rng.integers(100)))[0]))
+    columns = np.flatnonzero(total.touched)
+    big = rng.integers(-(2**62), 2**62, size=(3, H))  # beyond float64's 53 bits
+    total.W1[columns[:3]] = big
+    # rounded twice on the way (to float64, then to float32's tie: to even), not once
+    total.W1[columns[3], :4] = [2**60 + 2**36 + 1, -(2**53) - 3, 3 * 2**10, 2**53 + 1]
+    expected = (total.W1[columns] / 2.0**SCALE_BITS).astype(dtype)
+    got = total.rounded(dtype)
+    np.testing.assert_array_equal(got.columns, columns)
+    assert got.W1_columns.dtype == dtype and got.W1_columns.flags.f_contiguous
+    assert got.W1_columns.T.tobytes() == expected.tobytes()
+    assert got.W2.tobytes() == (total.W2 / 2.0**SCALE_BITS).astype(dtype).tobytes()
+    sent = total.compact().to_float(dtype)
+    assert sent.W1_columns.tobytes() == got.W1_columns.tobytes()
+    np.testing.assert_array_equal(sent.columns, got.columns)
+
+
 def test_a_match_sent_in_float32_is_written_in_fixed_point_as_numpy_writes_it_ties_to_even():
     ties = np.array([3, 5, -5, 7, 1], np.float32) * np.float32(2.0**-37)  # 1.5, 2.5, -2.5, 3.5, 0.5 units
     grad = EpisodeGradient(np.array([10], np.int16), np.asfortranarray(ties.reshape(5, 1)), np.zeros(5, np.float32))

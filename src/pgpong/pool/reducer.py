@@ -52,7 +52,7 @@ class Summing:
     def rounded(self) -> EpisodeGradient:
         """The complete sum, in float32."""
         assert self.total is not None
-        return self.total.compact().to_float()
+        return self.total.rounded()
 
 
 class Reducer:

@@ -67,21 +67,51 @@ class IntegerGradient:
     def to_float(self, dtype: type = np.float32) -> EpisodeGradient:
         """Back to floats, each integer times 2**-36 rounded once (to float64 exactly
         below 2**53, then to float32); a sum too large to be exact gives NaN."""
-        if self.too_large:
-            hidden = len(self.W2)
-            return EpisodeGradient(np.zeros(0, np.int16), np.zeros((hidden, 0), dtype), np.full(hidden, np.nan, dtype))
-        W1: np.ndarray = np.asfortranarray((self.W1_rows / _SCALE).astype(dtype).T)  # (H, n), as EpisodeGradient keeps
-        return EpisodeGradient(self.columns, W1, (self.W2 / _SCALE).astype(dtype))
+        return _in_floats(self.W1_rows, np.arange(len(self.columns)), self.columns, self.W2, self.too_large, dtype)
 
 
 def _fixed(values: np.ndarray) -> np.ndarray:
     return np.rint(values * _SCALE).astype(np.int64)
 
 
+def _in_floats(
+    rows: np.ndarray, which: np.ndarray, columns: np.ndarray, W2: np.ndarray, too_large: bool, dtype: type
+) -> EpisodeGradient:
+    """The fixed-point rows `rows[which]` (those of pixels `columns`) and W2 as a float
+    gradient, each integer times 2**-36 rounded once; NaN if too large to be exact."""
+    hidden = len(W2)
+    if too_large:
+        return EpisodeGradient(np.zeros(0, np.int16), np.zeros((hidden, 0), dtype), np.full(hidden, np.nan, dtype))
+    W1: np.ndarray = np.empty((hidden, len(which)), dtype=dtype, order="F")  # (H, n), as EpisodeGradient keeps
+    _floats_of_rows(rows, which, W1)
+    return EpisodeGradient(columns.astype(np.int16), W1, (W2 / _SCALE).astype(dtype))
+
+
+@numba.njit(cache=True, nogil=True)
+def _floats_of_rows(rows: np.ndarray, which: np.ndarray, out: np.ndarray) -> None:
+    """out[:, j] = rows[which[j]] x 2**-36 in out's float type, in one pass: each
+    integer to float64 (exact below 2**53, else rounded to nearest, as numpy's cast),
+    times the power of two (exact), then to out's type (rounded to nearest, ties to
+    even, as numpy's astype): the bits of `(rows[which] / 2.0**36).astype(dtype).T`."""
+    for j in range(which.shape[0]):
+        row = rows[which[j]]
+        for i in range(row.shape[0]):
+            out[i, j] = np.float64(row[i]) / _SCALE
+
+
 def in_range(grad: EpisodeGradient) -> bool:
     """Whether every value of a match's gradient is finite and below MAX_VALUE."""
     W1_big, W2_big = np.abs(grad.W1_columns).max(initial=0.0), np.abs(grad.W2).max(initial=0.0)
     return bool(W1_big < MAX_VALUE and W2_big < MAX_VALUE)  # (False for NaN, each apart: max() would drop one)
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_rows(total: np.ndarray, columns: np.ndarray, rows: np.ndarray) -> None:
+    """total[columns[j]] += rows[j], in one pass (no gathered copy in between)."""
+    for j in range(columns.shape[0]):
+        into, row = total[columns[j]], rows[j]
+        for i in range(row.shape[0]):
+            into[i] += row[i]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -124,7 +154,7 @@ class ExactSum:
             self.too_large = True
             self.matches += grad.matches
         else:
-            self.W1[grad.columns] += grad.W1_rows
+            _add_rows(self.W1, grad.columns, grad.W1_rows)
             self.W2 += grad.W2
             self.touched[grad.columns] = True
             self.matches += grad.matches
@@ -136,11 +166,21 @@ class ExactSum:
         columns = np.flatnonzero(self.touched)
         return IntegerGradient(columns.astype(np.int16), self.W1[columns], self.W2.copy(), self.matches, self.too_large)
 
+    def rounded(self, dtype: type = np.float32) -> EpisodeGradient:
+        """The sum in floats, on the pixels it touched (as compact().to_float() gives
+        it, without the copy in between); NaN if it is too large to be exact."""
+        began = time.perf_counter()
+        columns = np.flatnonzero(self.touched)
+        grad = _in_floats(self.W1, columns, columns, self.W2, self.too_large, dtype)
+        self.seconds += time.perf_counter() - began
+        return grad
+
     def to_params(self, dtype: type = np.float32) -> Params:
         """The sum as weights-shaped float32 arrays (W1 in Fortran order); NaN if it is
         too large to be exact."""
+        grad = self.rounded(dtype)
         began = time.perf_counter()
-        params = self.compact().to_float(dtype).dense()
+        params = grad.dense()
         self.seconds += time.perf_counter() - began
         return params
 
