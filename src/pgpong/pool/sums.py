@@ -84,7 +84,7 @@ def _in_floats(
         return EpisodeGradient(np.zeros(0, np.int16), np.zeros((hidden, 0), dtype), np.full(hidden, np.nan, dtype))
     W1: np.ndarray = np.empty((hidden, len(which)), dtype=dtype, order="F")  # (H, n), as EpisodeGradient keeps
     _floats_of_rows(rows, which, W1)
-    return EpisodeGradient(columns.astype(np.int16), W1, (W2 / _SCALE).astype(dtype))
+    return EpisodeGradient(columns.astype(np.int16, copy=False), W1, (W2 / _SCALE).astype(dtype))
 
 
 @numba.njit(cache=True, nogil=True)
