@@ -14,9 +14,17 @@ import pytest
 
 from pgpong.policy import Params
 from pgpong.pool.queue import Answer, QueueFeed, WorkQueue
+from pgpong.pool.worker import StoredWeights
 from pgpong.rollout import EpisodeId
 
 pytestmark = pytest.mark.usefixtures("ray_instance")  # the queue puts the weights in Ray's store
+
+
+def stored(weights: Params) -> StoredWeights:
+    """The weights as the driver sends them: in the store, by reference."""
+    import ray
+
+    return StoredWeights(ray.put(weights))
 
 
 def episodes(batch: int, count: int) -> list[EpisodeId]:
@@ -39,7 +47,7 @@ class Waiting(threading.Thread):
 
 def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker():
     queue = WorkQueue(workers=198)  # 11 nodes of 18
-    queue.add(1, episodes(1, 300), "play", Params.initial(8, 0))
+    queue.add(1, episodes(1, 300), "play", stored(Params.initial(8, 0)))
     first = queue.take(node=0, free=18, size=18)
     assert len(first.given) == 18 and first.left == 282  # a free worker each (fewer than 2 per worker are left)
     sizes, left = [], first.left
@@ -57,11 +65,11 @@ def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker
 
 def test_more_may_come_only_once_a_batch_was_added_while_another_was_in_play():
     queue = WorkQueue(workers=8)
-    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    queue.add(1, episodes(1, 3), "play", stored(Params.initial(8, 0)))
     assert (queue.take(node=0, free=4, size=4)).more is False  # no lag: the next batch comes after
     queue.drop(1)
-    queue.add(2, episodes(2, 3), "play", Params.initial(8, 0))
-    queue.add(3, episodes(3, 3), "play", Params.initial(8, 0))  # --lag 1: submitted while 2 plays
+    queue.add(2, episodes(2, 3), "play", stored(Params.initial(8, 0)))
+    queue.add(3, episodes(3, 3), "play", stored(Params.initial(8, 0)))  # --lag 1: submitted while 2 plays
     assert (queue.take(node=0, free=4, size=4)).more is True
 
 
@@ -70,7 +78,7 @@ def test_a_waiting_request_is_answered_by_the_next_batch_and_by_a_stop():
     assert queue.take(node=0, free=4, size=4).given == []  # without waiting: an empty answer
     waiting = Waiting(queue, node=0, free=4, size=4)
     assert waiting.is_alive()  # nothing to hand out: it waits
-    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    queue.add(1, episodes(1, 3), "play", stored(Params.initial(8, 0)))
     waiting.join(5)
     assert [position for _, position, _ in waiting.answer.given] == [0, 1, 2] and not waiting.answer.stopped
     waiting = Waiting(queue, node=1, free=2, size=2)
@@ -89,7 +97,7 @@ def test_a_lost_nodes_request_still_waiting_gets_nothing_of_what_was_given_back_
     """A leader lost while its request waits in the queue (Ray does not end a call when
     its caller dies): the matches given back must go to the others, not to it."""
     queue = WorkQueue(workers=4)
-    queue.add(1, episodes(1, 4), "play", Params.initial(8, 0))
+    queue.add(1, episodes(1, 4), "play", stored(Params.initial(8, 0)))
     assert len(queue.take(node=0, free=2, size=2).given) == 2 and len(queue.take(node=1, free=2, size=2).given) == 2
     stale = Waiting(queue, node=0, free=2, size=2)  # node 0's request, waiting, as its node goes
     assert stale.is_alive()
@@ -142,7 +150,7 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
     are not counted playable, and a wait for the weights ends when they are published;
     one for a batch dropped first ends with nothing."""
     queue = WorkQueue(workers=8)
-    queue.add(1, episodes(1, 3), "play", Params.initial(8, 0))
+    queue.add(1, episodes(1, 3), "play", stored(Params.initial(8, 0)))
     queue.add(2, episodes(2, 5), "play", None)  # announced
     answer = queue.take(node=0, free=4, size=4)
     assert [(b, p) for b, p, _ in answer.given] == [(1, 0), (1, 1), (1, 2), (2, 0)]
@@ -151,7 +159,7 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
     waiting = Answered(queue.weights_for, 2)
     assert waiting.is_alive()  # no weights yet
     weights = Params.initial(8, 5)
-    queue.publish(2, weights)
+    queue.publish(2, stored(weights))
     waiting.join(5)
     import ray
 

@@ -61,7 +61,7 @@ from pgpong.pool.leader import NodeDone, NodeLeader
 from pgpong.pool.queue import Heard, WorkQueue
 from pgpong.pool.reducer import Reducer, Total
 from pgpong.pool.sums import SUMMING
-from pgpong.pool.worker import WorkerKind, worker_env
+from pgpong.pool.worker import StoredWeights, WorkerKind, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
 # ray.wait returns up to about a millisecond before its timeout: a poll that close to due
@@ -182,7 +182,9 @@ class ClusterPool:
             self._renamed[ticket] = self.submit(weights, self._recalled.pop(ticket))
             return
         began = time.perf_counter()
-        self._ray.get(self._queue.publish.remote(ticket, weights), timeout=self._limits.stall_s)
+        self._ray.get(
+            self._queue.publish.remote(ticket, StoredWeights(self._ray.put(weights))), timeout=self._limits.stall_s
+        )
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
@@ -285,7 +287,8 @@ class ClusterPool:
         # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
         plain = [list(episode) for episode in episodes]
         if like is None or not ray.get(self._queue.add_like.remote(self._batch, plain, method, like), timeout=stall_s):
-            ray.get(self._queue.add.remote(self._batch, plain, method, weights, args), timeout=stall_s)
+            stored = None if weights is None else StoredWeights(ray.put(weights))
+            ray.get(self._queue.add.remote(self._batch, plain, method, stored, args), timeout=stall_s)
         measures.add_seconds(PUBLISHING, time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)
         self._added += 1

@@ -38,7 +38,7 @@ from pgpong.placement import request_size
 from pgpong.policy import Params
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
-from pgpong.pool.worker import PublishedWeights, WeightsToCome, publish
+from pgpong.pool.worker import PublishedWeights, StoredWeights, WeightsToCome, publish
 from pgpong.rollout import EpisodeId
 
 Heard = tuple[int, int, list[int], Any]  # (batch, node, positions, their stats or results: columns.Report's)
@@ -100,18 +100,22 @@ class WorkQueue:
         # CPU per call at 11x18, twice as much for an empty call; docs/SCALING.md.)
         self._lock = threading.Condition()
 
-    @_locked
-    def add(self, batch: int, episodes: list[EpisodeId], method: str, weights: Params | None, args: tuple = ()) -> None:
+    def add(
+        self, batch: int, episodes: list[EpisodeId], method: str, weights: StoredWeights | None, args: tuple = ()
+    ) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
         *args)), or, if None, with the weights publish() brings later (the batch is
         announced: its matches are handed out at once, and the workers given them wait
-        for the weights in their calls). The queue puts the weights in the object
-        store itself, so that it owns them: Ray's books on the processes that read them
+        for the weights in their calls). The driver sends the weights by reference
+        (StoredWeights), and the queue puts a copy in the object store itself, so
+        that it owns them: Ray's books on the processes that read them
         (their borrowing, the copies' locations) are kept here rather than in the
         driver, where at 11x18 they took about half of its CPU time per update
         (docs/SCALING.md)."""
-        self._put(batch, episodes, (method, None if weights is None else publish(weights)[0], args))
+        job = (method, None if weights is None else _copied(weights), args)  # (the nodes' calls go on meanwhile)
+        with self._lock:
+            self._put(batch, episodes, job)
 
     def _put(self, batch: int, episodes: list[EpisodeId], job: Job) -> None:
         self.overlapping = self.overlapping or bool(self.batches)
@@ -133,14 +137,15 @@ class WorkQueue:
         self._put(batch, episodes, (method, published, ()))
         return True
 
-    @_locked
-    def publish(self, batch: int, weights: Params) -> None:
+    def publish(self, batch: int, weights: StoredWeights) -> None:
         """The weights of an announced batch: the workers waiting for them start."""
-        queued = self.batches.get(batch)
-        if queued is not None:
-            method, _, args = queued.job
-            queued.job = (method, publish(weights)[0], args)
-            self._lock.notify_all()
+        published = _copied(weights)  # (the nodes' calls go on meanwhile)
+        with self._lock:
+            queued = self.batches.get(batch)
+            if queued is not None:
+                method, _, args = queued.job
+                queued.job = (method, published, args)
+                self._lock.notify_all()
 
     @_locked
     def weights_for(self, batch: int) -> PublishedWeights | None:
@@ -398,6 +403,14 @@ class QueueFeed:
 
     def job(self, key: tuple[int, int]) -> Job:
         return self.jobs[key[0]]
+
+
+def _copied(weights: StoredWeights) -> PublishedWeights:
+    """The driver's weights published by this process (the queue), which owns the copy."""
+    import ray
+
+    fetched: Params = ray.get(weights.ref, timeout=COPY_SECONDS)
+    return publish(fetched)[0]
 
 
 def node_copy(job: Job) -> Job:

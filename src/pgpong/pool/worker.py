@@ -51,6 +51,17 @@ def load_hook() -> Hook | None:
 
 
 @dataclass(frozen=True)
+class StoredWeights:
+    """A batch's weights as the driver sends them to a cluster's queue: put in the
+    store by the driver, by reference, for the queue to publish a copy of its own (it
+    owns the batch's weights: pool/queue.py). Cheaper and sooner than the 5 MB as a
+    call's argument, which Ray serializes into the call and the queue then copies:
+    8 ms a call against 13 on this machine, idle (docs/SCALING.md)."""
+
+    ref: Any
+
+
+@dataclass(frozen=True)
 class PublishedWeights:
     """A batch's weights in Ray's object store, by reference. Ray fetches an object
     for a task only when its reference is a top-level argument; inside this wrapper
