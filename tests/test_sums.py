@@ -137,6 +137,32 @@ def test_a_sum_refuses_more_matches_than_its_range_allows():
         total.add(IntegerGradient.of(random_gradients(1)[0]))
 
 
+@pytest.mark.parametrize("how", ["rows short", "hidden wrong", "pixel past the frame", "pixel negative"])
+def test_a_part_whose_rows_do_not_fit_is_refused_and_leaves_the_sum_as_it_was(how):
+    """The sums' compiled loops do not check their indices: a part that does not fit
+    (a bug elsewhere) must raise, not write outside the sum."""
+    grad = random_gradients(1, seed=3)[0]
+    columns, W1c = grad.columns.copy(), grad.W1_columns
+    if how == "rows short":
+        W1c = np.asfortranarray(W1c[:, 1:])
+    elif how == "hidden wrong":
+        W1c = np.asfortranarray(W1c[1:])
+    else:
+        columns[-1] = D if how == "pixel past the frame" else -1
+    bad = EpisodeGradient(columns, W1c, grad.W2)
+    rows = IntegerGradient.of(grad).W1_rows[: W1c.shape[1], : W1c.shape[0]]  # the same misfit, in fixed point
+    fixed = IntegerGradient(columns, np.ascontiguousarray(rows), IntegerGradient.of(grad).W2)
+    total = ExactSum(H)
+    total.add(random_gradients(1, seed=4)[0])
+    before = total.W1.copy()
+    for part in (bad, fixed):
+        with pytest.raises(ValueError, match="do not fit"):
+            total.add(part)
+        assert np.array_equal(total.W1, before)
+    with pytest.raises(ValueError, match="do not fit"):
+        fixed.to_float()
+
+
 def test_the_largest_batch_is_the_exact_sums_limit():
     from pgpong.config import MAX_BATCH
 

@@ -43,7 +43,7 @@ from pgpong.rollout import EpisodeId
 
 Heard = tuple[int, int, list[int], Any]  # (batch, node, positions, their stats or results: columns.Report's)
 Given = list[tuple[int, int, EpisodeId]]  # (batch, position, episode)
-COPY_SECONDS = 60.0  # a leader's wait for the batch's weights, to copy them into its node's store
+COPY_SECONDS = 60.0  # the queue's or a leader's wait for a batch's weights, to copy them into its own store object
 
 
 def _locked(method: Callable) -> Callable:

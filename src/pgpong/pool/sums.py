@@ -65,9 +65,18 @@ class IntegerGradient:
         return self.columns.nbytes + self.W1_rows.nbytes + self.W2.nbytes
 
     def to_float(self, dtype: type = np.float32) -> EpisodeGradient:
-        """Back to floats, each integer times 2**-36 rounded once (to float64 exactly
-        below 2**53, then to float32); a sum too large to be exact gives NaN."""
+        """Back to floats, each integer times 2**-36 rounded as numpy's division and
+        cast round it (to float64, exact below 2**53, then to float32); a sum too large
+        to be exact gives NaN."""
+        _check_rows(self.columns, self.W1_rows.shape, len(self.W2))
         return _in_floats(self.W1_rows, np.arange(len(self.columns)), self.columns, self.W2, self.too_large, dtype)
+
+
+def _check_rows(columns: np.ndarray, rows: tuple[int, ...], hidden: int) -> None:
+    """That a part's rows are one of `hidden` values per pixel of `columns`, each pixel
+    an input of the network: the compiled loops below do not check their indices."""
+    if rows != (len(columns), hidden) or (len(columns) and not 0 <= columns.min() <= columns.max() < D):
+        raise ValueError(f"a gradient's rows {rows} do not fit {len(columns)} pixels of {D} and {hidden} hidden units")
 
 
 def _fixed(values: np.ndarray) -> np.ndarray:
@@ -78,7 +87,8 @@ def _in_floats(
     rows: np.ndarray, which: np.ndarray, columns: np.ndarray, W2: np.ndarray, too_large: bool, dtype: type
 ) -> EpisodeGradient:
     """The fixed-point rows `rows[which]` (those of pixels `columns`) and W2 as a float
-    gradient, each integer times 2**-36 rounded once; NaN if too large to be exact."""
+    gradient, each integer times 2**-36 rounded as to_float says; NaN if too large to
+    be exact."""
     hidden = len(W2)
     if too_large:
         return EpisodeGradient(np.zeros(0, np.int16), np.zeros((hidden, 0), dtype), np.full(hidden, np.nan, dtype))
@@ -146,6 +156,7 @@ class ExactSum:
             if not in_range(grad):
                 self.too_large = True
             else:
+                _check_rows(grad.columns, grad.W1_columns.T.shape, len(self.W2))
                 _add_fixed(self.W1, grad.columns, grad.W1_columns)
                 self.W2 += _fixed(grad.W2.astype(np.float64))
                 self.touched[grad.columns] = True
@@ -154,6 +165,7 @@ class ExactSum:
             self.too_large = True
             self.matches += grad.matches
         else:
+            _check_rows(grad.columns, grad.W1_rows.shape, len(self.W2))
             _add_rows(self.W1, grad.columns, grad.W1_rows)
             self.W2 += grad.W2
             self.touched[grad.columns] = True

@@ -56,7 +56,7 @@ class StoredWeights:
     store by the driver, by reference, for the queue to publish a copy of its own (it
     owns the batch's weights: pool/queue.py). Cheaper and sooner than the 5 MB as a
     call's argument, which Ray serializes into the call and the queue then copies:
-    8 ms a call against 13 on this machine, idle (docs/SCALING.md)."""
+    13 ms a call against 18 on this machine, idle (docs/SCALING.md)."""
 
     ref: Any
 
