@@ -69,7 +69,8 @@ def test_backward_keeps_exactly_the_touched_pixels_in_order():
 
 
 def scipy_backward(weights, X, dlogits):
-    """The backward pass as plain scipy.sparse and numpy products, chunk by chunk."""
+    """The backward pass as plain scipy.sparse and numpy products, chunk by chunk (W2's
+    gradient step by step, as the compiled pass adds it on every CPU)."""
     import pgpong.policy
 
     g_all = dlogits.astype(weights.W1.dtype)
@@ -81,7 +82,8 @@ def scipy_backward(weights, X, dlogits):
     for start in range(0, X.shape[0], chunk):
         x, g = Xc[start : start + chunk], g_all[start : start + chunk]
         hs = np.maximum(np.asarray(x @ W1c), 0)
-        dW2 += hs.T @ g
+        for h, g_t in zip(hs, g, strict=True):  # each unit's terms step by step, not BLAS's order
+            dW2 += h * g_t
         dh = np.multiply.outer(g, weights.W2)
         dh[hs <= 0] = 0
         dW1c += x.T @ dh

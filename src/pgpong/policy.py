@@ -140,8 +140,9 @@ def backward(
     floats for every step), only the pixels the episode touched take part, and the
     steps are taken BACKWARD_STEPS at a time, so the memory it needs does not grow
     with the episode's length. The two sparse products are compiled and add up
-    their terms in the order scipy.sparse does (x @ W1c, then x.T @ dh), so the
-    gradient is the same to the bit as the plain scipy version's.
+    their terms in the order scipy.sparse does (x @ W1c, then x.T @ dh), and W2's
+    is added step by step, so the gradient is the same to the bit as the plain
+    scipy version's, on any CPU.
 
     `fired`, if given (H booleans), is set where a hidden unit was active (h > 0) on
     some step: a diagnostic read off the activations the pass computes anyway.
@@ -157,7 +158,7 @@ def backward(
         hs = _hidden(X.indptr, compact, X.data, W1c, start, stop)  # (t, H)
         if fired is not None:
             fired |= (hs > 0).any(axis=0)
-        dW2 += hs.T @ g
+        _add_output_gradient(hs, g, dW2)
         dW1c += _input_gradient(X.indptr, compact, X.data, hs, g, weights.W2, start, len(columns))
     return EpisodeGradient(columns, dW1c.T, dW2)  # (H, n), Fortran order as a transposed view
 
@@ -177,6 +178,18 @@ def _hidden(indptr, indices, data, W1c, start, stop):
             if h[j] < 0:
                 h[j] = 0
     return hs
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_output_gradient(hs, g, dW2):
+    """dW2 += hs.T @ g, each unit's terms added step by step in float32: the same bits
+    on every CPU. (As a BLAS product its sums came in an order of OpenBLAS's kernel,
+    which it picks by CPU: another on AMD Zen than on an Intel Xeon, so a match's
+    gradient, and a run's weights, depended on the machine: docs/ALGORITHM.md.)"""
+    for t in range(hs.shape[0]):
+        h, g_t = hs[t], g[t]
+        for j in range(dW2.shape[0]):
+            dW2[j] += h[j] * g_t
 
 
 @numba.njit(cache=True, nogil=True)
