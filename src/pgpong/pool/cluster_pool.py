@@ -182,9 +182,7 @@ class ClusterPool:
             self._renamed[ticket] = self.submit(weights, self._recalled.pop(ticket))
             return
         began = time.perf_counter()
-        self._ray.get(
-            self._queue.publish.remote(ticket, StoredWeights(self._ray.put(weights))), timeout=self._limits.stall_s
-        )
+        self._ray.get(self._queue.publish.remote(ticket, StoredWeights.of(weights)), timeout=self._limits.stall_s)
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
@@ -287,7 +285,7 @@ class ClusterPool:
         # (about 3 us each: 9 ms of the driver's CPU at batch 3,000).
         plain = [list(episode) for episode in episodes]
         if like is None or not ray.get(self._queue.add_like.remote(self._batch, plain, method, like), timeout=stall_s):
-            stored = None if weights is None else StoredWeights(ray.put(weights))
+            stored = None if weights is None else StoredWeights.of(weights)
             ray.get(self._queue.add.remote(self._batch, plain, method, stored, args), timeout=stall_s)
         measures.add_seconds(PUBLISHING, time.perf_counter() - began)
         self._in_play[self._batch] = _InPlay(episodes, method, measures)

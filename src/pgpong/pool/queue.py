@@ -405,8 +405,9 @@ class QueueFeed:
         return self.jobs[key[0]]
 
 
-def _copied(weights: StoredWeights) -> PublishedWeights:
-    """The driver's weights published by this process (the queue), which owns the copy."""
+def _copied(weights: StoredWeights | PublishedWeights) -> PublishedWeights:
+    """Weights in the store, published again by this process, which owns the copy
+    (the queue, of the driver's; a leader, of the queue's)."""
     import ray
 
     fetched: Params = ray.get(weights.ref, timeout=COPY_SECONDS)
@@ -425,6 +426,6 @@ def node_copy(job: Job) -> Job:
 
     method, published, args = job
     try:
-        return method, PublishedWeights(ray.put(ray.get(published.ref, timeout=COPY_SECONDS))), args
+        return method, _copied(published), args
     except (ray.exceptions.RayError, OSError):  # (OSError: this node's store is going, with the node)
         return job  # the workers fetch the queue's copy themselves, each failure theirs to handle

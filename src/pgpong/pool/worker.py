@@ -60,6 +60,13 @@ class StoredWeights:
 
     ref: Any
 
+    @classmethod
+    def of(cls, weights: Params) -> StoredWeights:
+        """The weights put in this process's object store."""
+        import ray
+
+        return cls(ray.put(weights))
+
 
 @dataclass(frozen=True)
 class PublishedWeights:
