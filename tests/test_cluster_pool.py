@@ -13,7 +13,7 @@ import pytest
 from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
 from pgpong.cluster import nodes_with_cpus
 from pgpong.config import TrainConfig
-from pgpong.pool import WorkerSettings
+from pgpong.pool import PoolError, WorkerSettings
 from pgpong.pool.cluster_pool import ClusterPool
 from pgpong.pool.ray_pool import RayPool
 from pgpong.rollout import EpisodeId
@@ -93,6 +93,7 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
     assert_same_state(state, reference)
     assert diagnostics(tmp_path / "three") == diagnostics(reference_dir)
     assert all(row["entropy"] != "nan" for row in diagnostics(reference_dir))
+    assert pool.queue_calls()["stepped ahead"] == 1  # batch 2 played the queue's step, checked by the trainer's
     # the driver receives one array, the batch's sum: at most a dense gradient
     heard: list = []
     played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])], heard.append)
@@ -180,6 +181,45 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
         np.testing.assert_array_equal(grad.W2, expected.W2)
 
 
+@pytest.mark.slow
+def test_the_queue_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(three_leaders):
+    """Announced with the trainer's next step, a batch plays the weights the queue makes
+    with it from the total of the batch before, as soon as that is in: those of the
+    trainer's own step, to the bit. Weights that differ from the trainer's (here: the
+    plan said another learning rate) are caught when the trainer publishes its own."""
+    from pgpong.policy import Params, RMSProp
+    from pgpong.pool import StepPlan
+    from pgpong.pool.local import LocalPool
+
+    pool, weights, cache = three_leaders, Params.initial(16, 4), Params.initial(16, 5)
+    cache = Params.of(cache.W1**2, cache.W2**2)
+    episodes = [[EpisodeId(4, batch, k) for k in range(4)] for batch in range(3)]
+    local = LocalPool(WORKERS)
+    try:
+        with hang_guard(120):
+            first = pool.submit(weights, episodes[0])
+            plan = StepPlan("a test", 7, 0.01, 0.9, None, weights, cache)
+            second = pool.announce(episodes[1], plan)
+            played = pool.collect([first])
+            expected = local.play_batch(weights, episodes[0])
+            np.testing.assert_array_equal(played.grad.W1, expected.grad.W1)
+            mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+            RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
+            assert not np.array_equal(mine.W1, weights.W1)
+            pool.publish(second, mine)  # the queue's are these: only checked
+            wrong = StepPlan("a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
+            third = pool.announce(episodes[2], wrong)
+            played = pool.collect([second])
+            np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+            RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
+            for _ in range(2):  # (and again: the batch never gets the trainer's weights on top of the queue's)
+                with pytest.raises(PoolError, match="not the trainer's"):
+                    pool.publish(third, mine)
+    finally:
+        pool.cancel()
+        local.close()
+
+
 class BrokenPipePool(ClusterPool):
     """One leader's run fails as a leader's does when its node's raylet goes (an OSError
     out of Ray's I/O, "Broken pipe") as batch 2 is added, before it takes any match of it."""
@@ -235,8 +275,8 @@ class NodeLosingPool(ClusterPool):
         self.recalled += list(self._announced)
         super()._recall()
 
-    def announce(self, episodes):
-        batch = super().announce(episodes)
+    def announce(self, episodes, step=None):
+        batch = super().announce(episodes, step)
         if self.when == "announced" and batch == 2:
             self._lose_a_node(1)
         return batch

@@ -89,8 +89,8 @@ class Parts(Recording):
             self.likes.append((ticket, like))
         return ticket
 
-    def announce(self, episodes):
-        ticket = self.pool.announce(episodes)
+    def announce(self, episodes, step=None):
+        ticket = self.pool.announce(episodes, step)
         self.parts[ticket] = [list(episodes), None]
         return ticket
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import queue
+import secrets
 import signal
 import threading
 import time
@@ -20,7 +21,7 @@ from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, fsync_dir, fsync_file, save_checkpoint
 from pgpong.errors import PgpongError
 from pgpong.policy import Params, RMSProp
-from pgpong.pool import BatchResult, Finished, Pool
+from pgpong.pool import BatchResult, Finished, Pool, StepPlan
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog
@@ -65,6 +66,7 @@ class Trainer:
         # Without a lag, the next batch's weights go out as soon as the step is checked;
         # False: as the next call begins (bench's throughput measures run between calls)
         self.publish_early = True
+        self._owner = secrets.token_hex(8)  # (which trainer's weights a pool's copy of them is)
 
     def train(
         self,
@@ -190,16 +192,37 @@ class Trainer:
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
-            self._ahead[following] = (self._put_in(state.weights, ahead, like=fresh), ahead)
+            self._ahead[following] = (self._put_in(state.weights, ahead, like=fresh, step=self._plan()), ahead)
         return pool.collect([ticket for ticket in tickets if ticket is not None], finished)  # in episode order
 
-    def _put_in(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> Tickets:
+    def _put_in(
+        self, weights: Params, episodes: list[EpisodeId], like: int | None = None, step: StepPlan | None = None
+    ) -> Tickets:
         """A batch into the pool: its first matches (all with --lag 1, the --lag-share
         of them, or none) submitted with `weights` (those of the batch in play at
-        ticket `like`, if any: the pool may reuse them), the rest announced; their tickets."""
+        ticket `like`, if any: the pool may reuse them), the rest announced, to play
+        the weights of `step` if the pool can take it; their tickets."""
         stale = self.config.stale_matches(len(episodes))
         submitted = self.pool.submit(weights, episodes[:stale], like) if stale else None
-        return submitted, self.pool.announce(episodes[stale:]) if stale < len(episodes) else None
+        return submitted, self.pool.announce(episodes[stale:], step) if stale < len(episodes) else None
+
+    def _plan(self) -> StepPlan | None:
+        """The step this batch's update will take: a pool that can (a cluster's) takes it
+        ahead of the trainer, where the batch's total arrives, and publishes the next
+        batch's weights at once; the trainer's own step must then give the same ones
+        (pool/ahead.py). None when the weights must wait for the trainer (bench)."""
+        state, optimizer = self.state, self.optimizer
+        if not self.publish_early:
+            return None
+        return StepPlan(
+            self._owner,
+            state.batch,
+            optimizer.learning_rate,
+            optimizer.decay_rate,
+            optimizer.max_update_norm,
+            state.weights,
+            optimizer.cache,
+        )
 
     def _publish_next(self) -> None:
         """The next batch's announced part (all of it without a lag, none with --lag 1)

@@ -141,7 +141,7 @@ class OneBatchAtATime:
         self._waiting[self._tickets] = (Params.of(weights.W1, weights.W2), episodes)
         return self._tickets
 
-    def announce(self, episodes: list[EpisodeId]) -> int:
+    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int:
         self._tickets += 1
         self._waiting[self._tickets] = (None, episodes)
         return self._tickets
@@ -162,6 +162,22 @@ class OneBatchAtATime:
 
     def cancel(self) -> None:
         self._waiting.clear()
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The trainer's next RMSProp step, said as it announces the next batch: from its
+    `weights` and `cache` as they are (after `steps` updates of the trainer `owner`),
+    with these settings. A pool that can takes it itself where the batch's total
+    arrives, so the next batch's weights go out at once (ClusterPool: pool/ahead.py)."""
+
+    owner: str
+    steps: int
+    learning_rate: float
+    decay_rate: float
+    max_update_norm: float | None
+    weights: Params
+    cache: Params
 
 
 class PoolError(PgpongError, RuntimeError):
@@ -190,8 +206,9 @@ class Pool(Protocol):
 
     # Without a lag the next batch is announced before this one is collected, and
     # published with the weights this update makes. A pool that can hands its matches
-    # out meanwhile (ClusterPool: its workers wait for the weights in their calls).
-    def announce(self, episodes: list[EpisodeId]) -> int: ...  # a ticket for publish, then collect
+    # out meanwhile (ClusterPool: its workers wait for the weights in their calls), and
+    # with `step` takes the update itself, publishing them at once (publish then checks).
+    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int: ...  # a ticket
 
     def publish(self, ticket: int, weights: Params) -> None: ...
 

@@ -8,25 +8,20 @@ anywhere idles while a match is unplayed, and tell the queue now and then which 
 have finished. Each leader sums its node's matches of a batch exactly (sums.py) as
 they finish, and once the node holds no more of that batch's matches it hands its
 sum to a reducer (another CPU-less actor, on the driver's node), which adds the node
-sums as they come and gives the total, once, in float32. A leader's run goes on from
-batch to batch (with nothing to do it waits in the queue). The driver adds each
-batch to the queue, starts the leaders once, reads the queue's reports a few times a
-batch and receives one array per update: what it does and receives does not grow
-with the batch, and hardly with the nodes. Nor do Ray's books on the batch's weights: the queue publishes them (so it
-owns them, not the driver). A batch added with its weights (the first, a recalled
-one, every batch with --lag 1) is copied by each leader of another node into its
-node's store for its workers (so the queue counts one reader per leader there); an
-announced batch's workers all read the queue's copy (a leader's copy of it as it is
-published made 11x18 slower: docs/SCALING.md).
+sums as they come and gives the total, once, in float32. The driver adds each batch
+to the queue, starts the leaders once (their runs go on from batch to batch), reads
+the queue's reports a few times a batch and receives one array per update, whatever
+the batch, and hardly more with more nodes. The queue publishes the weights (it owns
+them, and keeps Ray's books on their readers); a leader of another node copies those
+of a batch added with them into its node's store; all read an announced batch's.
 
 The next batch is added to the queue before this one is collected. Without a lag it
-is announced, without weights (announce, then publish with the weights this update
-makes): its matches are handed out as workers free up, and each worker given one
-calls for it at once and waits in that call for the weights, so the batch starts
-when the queue publishes them, without a Ray call per match on the way (announced
-batches are recalled, and added again when published, before a lost node's matches
-or evaluation's go back in the queue, which must not wait behind them). With --lag 1
-it is submitted with its weights (submit, then collect): a worker that finishes this
+is announced, without weights: its matches are handed out as workers free up, and
+each worker given one calls for it at once and waits in that call for the weights,
+which the queue makes itself from this batch's total, taking the trainer's step
+ahead of it (ahead.py; the trainer's publish then checks them), so the batch starts
+without a trip through the driver, nor a Ray call per match. With --lag 1 it is
+submitted with its weights (submit, then collect): a worker that finishes this
 batch's last match it could get starts one of the next batch at once.
 
 A leader that dies (its node lost) costs the matches it had taken: the queue hands
@@ -46,6 +41,7 @@ from typing import Any
 from pgpong.cluster import nodes_with_cpus
 from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, shares
 from pgpong.policy import Params
+from pgpong.pool.ahead import Ahead
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -53,6 +49,7 @@ from pgpong.pool.base import (
     InOrder,
     Limits,
     PoolError,
+    StepPlan,
     WorkerSettings,
     failure_reason,
     ignore_episode,
@@ -121,6 +118,7 @@ class ClusterPool:
         self._announced: dict[int, list[EpisodeId]] = {}  # batches in the queue without their weights yet
         self._recalled: dict[int, list[EpisodeId]] = {}  # announced batches dropped, to be added when published
         self._renamed: dict[int, int] = {}  # a recalled batch's ticket -> its number in the queue
+        self._ahead = Ahead()  # the trainer's next step, which the queue takes ahead of it
         try:
             started = ray.get([leader.ready.remote() for leader in leaders], timeout=limits.start_s)
         except ray.exceptions.RayError as exc:
@@ -160,11 +158,12 @@ class ClusterPool:
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 
-    def announce(self, episodes: list[EpisodeId]) -> int:
-        """Add the next batch to the queue before its weights exist (publish() brings
-        them): its matches are handed out as workers free up, and each worker given
-        one waits for the weights in its call, so the batch starts when they come,
-        without a Ray call per match then. A ticket for publish and collect."""
+    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int:
+        """Add the next batch to the queue before its weights exist: its matches are
+        handed out as workers free up, and each worker given one waits for the weights
+        in its call, so the batch starts when they come (from the queue itself with
+        `step`, the trainer's next step: ahead.py; else from publish()), without a Ray
+        call per match. A ticket for publish and collect."""
         # the time it takes is the update's of the oldest batch in play, collected next (with
         # --lag-share the newest is the next batch's first part)
         measures = BatchMeasures()
@@ -173,6 +172,7 @@ class ClusterPool:
         if playing is not None:
             playing.measures.add_seconds(PUBLISHING, measures.seconds.pop(PUBLISHING))
         self._announced[batch] = episodes
+        self._ahead.plan(batch, step)
         return batch
 
     def publish(self, ticket: int, weights: Params) -> None:
@@ -182,7 +182,8 @@ class ClusterPool:
             self._renamed[ticket] = self.submit(weights, self._recalled.pop(ticket))
             return
         began = time.perf_counter()
-        self._ray.get(self._queue.publish.remote(ticket, StoredWeights.of(weights)), timeout=self._limits.stall_s)
+        if not self._ahead.published(ticket, weights):
+            self._ray.get(self._queue.publish.remote(ticket, StoredWeights.of(weights)), timeout=self._limits.stall_s)
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
@@ -204,7 +205,7 @@ class ClusterPool:
         stats to `finished`, in order); the exact sum of its gradients, from the
         reducer, which adds the parts' sums itself: one array into the driver."""
         parts = [self._renamed.pop(ticket, ticket) for ticket in tickets]
-        replaced, result = self.replaced, self._reducer.result.remote(parts)
+        replaced, result = self.replaced, self._ahead.total(self._queue, self._reducer, parts)
         seconds = Counter[str]()  # each part's (its time to publish)
         for part in parts:  # each part's stats until its matches are all in the sum (the last's: the total)
             in_play, in_order = self._in_play[part], InOrder(finished)
@@ -219,7 +220,7 @@ class ClusterPool:
         measures = in_play.measures
         measures.seconds = dict(seconds)
         began = time.perf_counter()
-        total: Total = self._ray.get(result, timeout=self._limits.stall_s)
+        total = self._ahead.received(self._ray.get(result, timeout=self._limits.stall_s))
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
         began = time.perf_counter()
         grad = total.grad.dense(in_play.inputs)
@@ -248,6 +249,7 @@ class ClusterPool:
             del self._in_play[batch]
         for held in (self._announced, self._recalled, self._renamed):
             held.clear()
+        self._ahead.clear()
 
     def evaluate(self, weights: Params, matches: list[EpisodeId], greedy: bool = False) -> Iterator[MatchResult]:
         self._recall()

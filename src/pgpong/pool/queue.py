@@ -6,9 +6,10 @@ times a batch.
 WorkQueue is a small threaded Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
 with, which the queue publishes, so that it owns them, not the driver); two batches
-are in it: this one and the next, announced without weights (they come when the
-driver has made them, and the leaders' workers wait for them in their calls: no Ray
-call per match as the batch starts), or with --lag 1 added with its weights, to start
+are in it: this one and the next, announced without weights (the queue makes them
+from this batch's total, taking the trainer's step ahead of it: ahead.py; the
+leaders' workers wait for them in their calls, so no Ray call per match as the batch
+starts), or with --lag 1 added with its weights, to start
 while the last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
@@ -17,10 +18,10 @@ first; asks again as its workers free up; and tells it now and then which matche
 it has finished (their stats or results). A node with nothing to do (or, with a
 batch announced or --lag 1, nothing more it can play) asks and waits: the queue answers
 when there is work again, so a leader's run goes on from batch to batch and the
-driver does not start it again each time. QueueFeed is
-the leader's side of that. The queue remembers which node took which matches, so
-that a lost node's can be handed out again. Who plays which match does not change
-the weights: the gradients are summed exactly (sums.py).
+driver does not start it again each time. QueueFeed is the leader's side of that.
+The queue remembers which node took which matches, so that a lost node's can be
+handed out again. Who plays which match does not change the weights: the gradients
+are summed exactly (sums.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 from pgpong.placement import request_size
 from pgpong.policy import Params
+from pgpong.pool.ahead import Mirror, StepOrder, Stepped
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
 from pgpong.pool.worker import PublishedWeights, StoredWeights, WeightsToCome, publish
@@ -94,6 +96,7 @@ class WorkQueue:
         self.lost: set[int] = set()  # nodes given back: a request of theirs still here gets nothing
         self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
         self.stopped = False
+        self.mirror = Mirror()  # the trainer's weights and cache, to step ahead of it
         # One lock for all of it: the actor answers calls on several threads, so that a
         # request may wait (for matches to be added or given back, or the queue to stop)
         # while the others go on. (A threaded actor: an asyncio one cost about 30% more
@@ -139,13 +142,28 @@ class WorkQueue:
 
     def publish(self, batch: int, weights: StoredWeights) -> None:
         """The weights of an announced batch: the workers waiting for them start."""
-        published = _copied(weights)  # (the nodes' calls go on meanwhile)
-        with self._lock:
-            queued = self.batches.get(batch)
-            if queued is not None:
-                method, _, args = queued.job
-                queued.job = (method, published, args)
-                self._lock.notify_all()
+        self._publish(batch, _copied(weights))  # (the copy made while the nodes' calls go on)
+
+    def step_ahead(self, reducer: Any, parts: list[int], order: StepOrder, batch: int) -> Stepped:
+        """The total of the batch played as `parts` (the reducer's, waited for here),
+        and the trainer's next step taken on it here (ahead.py): the announced batch
+        `batch` gets the weights it makes at once, if it still waits for them."""
+        import ray
+
+        total, squares = ray.get(reducer.result.remote(parts)), None
+        made = self.mirror.step(total.grad, order)
+        if made is not None and self._publish(batch, publish(made[0])[0]):
+            squares, self.calls["stepped ahead"] = made[1], self.calls["stepped ahead"] + 1
+        return Stepped(total, self.mirror.state, squares)
+
+    @_locked
+    def _publish(self, batch: int, published: PublishedWeights) -> bool:
+        queued = self.batches.get(batch)
+        if queued is None or queued.job[1] is not None:  # (dropped, or published)
+            return False
+        queued.job = (queued.job[0], published, queued.job[2])
+        self._lock.notify_all()
+        return True
 
     @_locked
     def weights_for(self, batch: int) -> PublishedWeights | None:
@@ -268,8 +286,8 @@ class WorkQueue:
 
     @_locked
     def call_counts(self) -> dict[str, int]:
-        """The nodes' requests ("take") and reports ("report") so far, and the batches
-        added with the weights of another ("reused weights")."""
+        """So far: the nodes' requests ("take") and reports ("report"), the batches added
+        with another's weights ("reused weights") or the queue's step's ("stepped ahead")."""
         return dict(self.calls)
 
     @_locked
