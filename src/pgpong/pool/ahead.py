@@ -71,11 +71,8 @@ class Mirror:
         if self.state != order.state or self.weights is None or self.cache is None:
             return None
         self.state = None  # (until the step is good)
-        grad = total.dense(order.inputs)
-        if not (np.isfinite(grad.W1).all() and np.isfinite(grad.W2).all()):
-            return None
         optimizer = RMSProp(order.learning_rate, order.decay_rate, self.cache, order.max_update_norm)
-        optimizer.step(self.weights, grad)
+        optimizer.step(self.weights, total.dense(order.inputs))  # (a gradient not finite makes the cache so)
         if not (optimizer.weights_finite and optimizer.cache_finite):
             return None
         self.state = (order.state[0], order.state[1] + 1)
