@@ -182,41 +182,42 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
 
 
 @pytest.mark.slow
-def test_the_queue_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(three_leaders):
-    """Announced with the trainer's next step, a batch plays the weights the queue makes
-    with it from the total of the batch before, as soon as that is in: those of the
-    trainer's own step, to the bit. Weights that differ from the trainer's (here: the
-    plan said another learning rate) are caught when the trainer publishes its own."""
+def test_the_queue_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
+    """Collected with the trainer's next step, a batch's total gets that step in the
+    queue, and the announced batch plays the weights it makes as soon as the total is
+    in: those of the trainer's own step, to the bit. Weights that differ from the
+    trainer's (here: the plan said another learning rate) are caught when the trainer
+    publishes its own, and the pool refuses to go on."""
     from pgpong.policy import Params, RMSProp
     from pgpong.pool import StepPlan
     from pgpong.pool.local import LocalPool
 
-    pool, weights, cache = three_leaders, Params.initial(16, 4), Params.initial(16, 5)
+    weights, cache = Params.initial(16, 4), Params.initial(16, 5)
     cache = Params.of(cache.W1**2, cache.W2**2)
     episodes = [[EpisodeId(4, batch, k) for k in range(4)] for batch in range(3)]
-    local = LocalPool(WORKERS)
+    pool, local = ClusterPool(WORKERS, 3), LocalPool(WORKERS)
     try:
         with hang_guard(120):
             first = pool.submit(weights, episodes[0])
-            plan = StepPlan("a test", 7, 0.01, 0.9, None, weights, cache)
-            second = pool.announce(episodes[1], plan)
-            played = pool.collect([first])
-            expected = local.play_batch(weights, episodes[0])
-            np.testing.assert_array_equal(played.grad.W1, expected.grad.W1)
+            second = pool.announce(episodes[1])
+            played = pool.collect([first], step=StepPlan(second, "a test", 7, 0.01, 0.9, None, weights, cache))
+            np.testing.assert_array_equal(played.grad.W1, local.play_batch(weights, episodes[0]).grad.W1)
             mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
             RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
             assert not np.array_equal(mine.W1, weights.W1)
             pool.publish(second, mine)  # the queue's are these: only checked
-            wrong = StepPlan("a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
-            third = pool.announce(episodes[2], wrong)
-            played = pool.collect([second])
+            assert pool.queue_calls()["stepped ahead"] == 1
+            third = pool.announce(episodes[2])
+            wrong = StepPlan(third, "a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
+            played = pool.collect([second], step=wrong)
             np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
             RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
-            for _ in range(2):  # (and again: the batch never gets the trainer's weights on top of the queue's)
-                with pytest.raises(PoolError, match="not the trainer's"):
-                    pool.publish(third, mine)
+            with pytest.raises(PoolError, match="not the trainer's"):
+                pool.publish(third, mine)
+            with pytest.raises(PoolError, match="not the trainer's"):  # (nor does a batch play after that)
+                pool.collect([third])
     finally:
-        pool.cancel()
+        pool.close()
         local.close()
 
 
@@ -275,8 +276,8 @@ class NodeLosingPool(ClusterPool):
         self.recalled += list(self._announced)
         super()._recall()
 
-    def announce(self, episodes, step=None):
-        batch = super().announce(episodes, step)
+    def announce(self, episodes):
+        batch = super().announce(episodes)
         if self.when == "announced" and batch == 2:
             self._lose_a_node(1)
         return batch

@@ -89,8 +89,8 @@ class Parts(Recording):
             self.likes.append((ticket, like))
         return ticket
 
-    def announce(self, episodes, step=None):
-        ticket = self.pool.announce(episodes, step)
+    def announce(self, episodes):
+        ticket = self.pool.announce(episodes)
         self.parts[ticket] = [list(episodes), None]
         return ticket
 
@@ -207,8 +207,8 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
     class Counting(ClusterPool):  # how many matches the queue had handed out when each batch was collected
         handed: list[int]
 
-        def collect(self, tickets, finished=lambda result: None):
-            played = super().collect(tickets, finished)
+        def collect(self, tickets, finished=lambda result: None, step=None):
+            played = super().collect(tickets, finished, step)
             self.handed.append(ray.get(self._queue.handed_out.remote()))
             return played
 

@@ -165,8 +165,8 @@ class PublishingPool(ScriptedPool):
             result.grad.W2 = np.ones_like(weights.W2)
             yield result
 
-    def announce(self, episodes, step=None):
-        ticket = super().announce(episodes, step)
+    def announce(self, episodes):
+        ticket = super().announce(episodes)
         self.batch_of[ticket] = episodes[0].batch
         return ticket
 

@@ -192,29 +192,30 @@ class Trainer:
         if cfg.iterations is None or following < cfg.iterations:
             size, _, _ = schedule.update_settings(cfg, state.episodes + len(episodes))
             ahead = [EpisodeId(cfg.seed, following, k) for k in range(size)]
-            self._ahead[following] = (self._put_in(state.weights, ahead, like=fresh, step=self._plan()), ahead)
-        return pool.collect([ticket for ticket in tickets if ticket is not None], finished)  # in episode order
+            self._ahead[following] = (self._put_in(state.weights, ahead, like=fresh), ahead)
+        parts = [ticket for ticket in tickets if ticket is not None]  # in episode order
+        return pool.collect(parts, finished, self._plan(following))
 
-    def _put_in(
-        self, weights: Params, episodes: list[EpisodeId], like: int | None = None, step: StepPlan | None = None
-    ) -> Tickets:
+    def _put_in(self, weights: Params, episodes: list[EpisodeId], like: int | None = None) -> Tickets:
         """A batch into the pool: its first matches (all with --lag 1, the --lag-share
         of them, or none) submitted with `weights` (those of the batch in play at
-        ticket `like`, if any: the pool may reuse them), the rest announced, to play
-        the weights of `step` if the pool can take it; their tickets."""
+        ticket `like`, if any: the pool may reuse them), the rest announced; their tickets."""
         stale = self.config.stale_matches(len(episodes))
         submitted = self.pool.submit(weights, episodes[:stale], like) if stale else None
-        return submitted, self.pool.announce(episodes[stale:], step) if stale < len(episodes) else None
+        return submitted, self.pool.announce(episodes[stale:]) if stale < len(episodes) else None
 
-    def _plan(self) -> StepPlan | None:
-        """The step this batch's update will take: a pool that can (a cluster's) takes it
-        ahead of the trainer, where the batch's total arrives, and publishes the next
-        batch's weights at once; the trainer's own step must then give the same ones
-        (pool/ahead.py). None when the weights must wait for the trainer (bench)."""
+    def _plan(self, following: int) -> StepPlan | None:
+        """The step this batch's update will take, for the next batch's announced part
+        (None if it has none, or its weights must wait for the trainer: bench): a pool
+        that can (a cluster's) takes it ahead of the trainer, where the batch's total
+        arrives, and publishes that part's weights at once; the trainer's own step
+        must give the same ones, which its publish checks (pool/ahead.py)."""
         state, optimizer = self.state, self.optimizer
-        if not self.publish_early:
+        announced = self._ahead[following][0][1] if following in self._ahead else None
+        if announced is None or not self.publish_early:
             return None
         return StepPlan(
+            announced,
             self._owner,
             state.batch,
             optimizer.learning_rate,

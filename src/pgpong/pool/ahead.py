@@ -3,17 +3,22 @@ cluster's queue takes it on the reducer's total and publishes the weights it mak
 for the next batch, which then starts without a trip through the driver and back
 (the driver's wait, its step, its 5 MB to the queue: about 30 ms an update here).
 
-The trainer says, as it announces the next batch, what its step will be (StepPlan:
-the settings, and the weights and cache it holds). The queue keeps a copy of those
-(Mirror), takes the step with the same code on the same numbers, so to the same
-bits, and publishes the result. The trainer then takes its own step as before, and
-its publish only checks that the queue's weights are the ones it made (their
-squared norms, which both steps sum). The copy is sent along with a plan whenever
-the queue's is not the trainer's state (a run's first batch, a resume, a step that
-failed)."""
+The trainer says, as it collects a batch, what its step will be (StepPlan: the
+settings, the weights and cache it holds, the announced batch to play the result).
+The queue keeps a copy of those weights and cache (Mirror), takes the step with the
+same code on the same numbers, so to the same bits, and publishes the result. The
+trainer then takes its own step as before, and its publish only checks that the
+queue's weights are the ones it made (their squared norms, summed again). The copy
+is sent along with a plan whenever the queue's is not the trainer's state (a run's
+first batch, a resume, another trainer, a step that failed). Where the queue cannot
+take the step (its copy is not there, the step is not finite, the batch was recalled,
+anything failed on the way), it says so and the trainer's publish brings the weights."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +27,9 @@ import numpy as np
 from pgpong.policy import EpisodeGradient, Params, RMSProp, squared_norm
 from pgpong.pool.base import PoolError, StepPlan
 from pgpong.pool.reducer import Total
-from pgpong.pool.worker import StoredWeights
+from pgpong.pool.worker import PublishedWeights, StoredWeights, publish
+
+STEPPED_AHEAD = "stepped ahead"  # the queue's count of the batches it published with its own step
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,20 @@ class Mirror:
         self.state: tuple[str, int] | None = None
         self.weights: Params | None = None
         self.cache: Params | None = None
+        self._lock = threading.Lock()  # (one step at a time, apart from the queue's lock: its calls go on)
+
+    def answer(self, total: Total, order: StepOrder, publish_to: Callable[[PublishedWeights], bool | None]) -> Stepped:
+        """The queue's answer to the driver: the batch's `total`, with the step taken on
+        it and its weights published (`publish_to` says whether its batch took them)."""
+        with self._lock:
+            try:
+                made = self.step(total.grad, order)
+                if made is None or not publish_to(publish(made[0])[0]):
+                    return Stepped(total, self.state, None)
+            except Exception:  # (the store full, say): the trainer's publish brings the weights
+                self.state = None
+                return Stepped(total, None, None)
+            return Stepped(total, self.state, made[1])
 
     def step(self, total: EpisodeGradient, order: StepOrder) -> tuple[Params, tuple[float, float]] | None:
         """The step `order` says, taken on a batch's `total`: the new weights and their
@@ -68,7 +89,7 @@ class Mirror:
             fetched: list[Params] = ray.get([order.weights.ref, order.cache.ref])
             self.weights, self.cache = (_own(params) for params in fetched)
             self.state = order.state
-        if self.state != order.state or self.weights is None or self.cache is None:
+        if self.state != order.state or self.weights is None or self.cache is None:  # (None: for mypy)
             return None
         self.state = None  # (until the step is good)
         optimizer = RMSProp(order.learning_rate, order.decay_rate, self.cache, order.max_update_norm)
@@ -84,50 +105,56 @@ class Ahead:
     play its weights, the state the queue's copy holds, the batches it published."""
 
     def __init__(self) -> None:
-        self._step: tuple[int, StepPlan] | None = None
-        self._stepping = 0  # that batch, while the queue waits for the total to take the step
+        self._stepping = 0  # the batch to play the step the queue is taking
         self._mirrored: tuple[str, int] | None = None
-        self._stepped: dict[int, tuple[float, float]] = {}  # batch -> its weights' squared norms
+        self._stepped: dict[int, tuple[tuple[float, float], float]] = {}  # batch -> its weights' squares, when
+        self._wrong: str | None = None
 
-    def plan(self, batch: int, step: StepPlan | None) -> None:
-        """The announced `batch` plays the weights of `step`, taken on the total of the
-        batch collected next (None: publish() brings them)."""
-        self._step = None if step is None else (batch, step)
-
-    def total(self, queue: Any, reducer: Any, parts: list[int]) -> Any:
-        """The reducer's total of the batch played as `parts` (a reference to it), or
-        the queue's answer with it, once the queue has taken the step ahead (Stepped)."""
-        if self._step is None:
+    def total(self, queue: Any, reducer: Any, parts: list[int], plan: StepPlan | None) -> Any:
+        """The reducer's total of the batch played as `parts` (a reference to it), or,
+        with `plan`, the queue's answer with it, once it has taken the step (Stepped)."""
+        if plan is None:
             return reducer.result.remote(parts)
-        (batch, plan), self._step, sent, self._mirrored = self._step, None, self._mirrored, None
-        self._stepping, state = batch, (plan.owner, plan.steps)
+        sent, self._mirrored, self._stepping = self._mirrored, None, plan.ticket  # (unknown until answered)
+        state = (plan.owner, plan.steps)
         weights, cache = (
             (None, None) if sent == state else (StoredWeights.of(plan.weights), StoredWeights.of(plan.cache))
         )
         settings = (plan.learning_rate, plan.decay_rate, plan.max_update_norm)
         order = StepOrder(state, plan.weights.W1.shape[1], *settings, weights, cache)
-        return queue.step_ahead.remote(reducer, parts, order, batch)
+        return queue.step_ahead.remote(reducer, parts, order, plan.ticket)
 
     def received(self, answer: Total | Stepped) -> Total:
         if isinstance(answer, Total):
             return answer
         self._mirrored = answer.state
         if answer.squares is not None:  # the queue has published the next batch's weights
-            self._stepped[self._stepping] = answer.squares
+            self._stepped[self._stepping] = (answer.squares, time.monotonic())
         return answer.total
 
-    def published(self, batch: int, weights: Params) -> bool:
-        """Whether the queue has published `batch`'s weights, which must be these (the
-        trainer's own step's): else raises, now and at every later call."""
-        if batch not in self._stepped:
-            return False
-        if squares(weights) != self._stepped[batch]:
-            raise PoolError(f"the weights the queue stepped to for batch {batch} are not the trainer's (a bug)")
-        del self._stepped[batch]
-        return True
+    def publish(self, queue: Any, batch: int, weights: Params, timeout: float, to_queue: bool = True) -> float:
+        """When the announced `batch`'s weights went out: the queue's own step's, which
+        must be these, the trainer's (else raises, and the pool is done for: check()),
+        or these, published now (unless not `to_queue`: the batch was recalled)."""
+        import ray
+
+        self.check()
+        if batch in self._stepped:
+            expected, when = self._stepped.pop(batch)
+            if squares(weights) != expected:
+                self._wrong = f"the weights the queue stepped to for batch {batch} are not the trainer's (a bug)"
+                self.check()
+            return when
+        if to_queue and ray.get(queue.publish.remote(batch, StoredWeights.of(weights)), timeout=timeout) is False:
+            raise PoolError(f"batch {batch} had its weights already, not the trainer's (a bug in pgpong)")
+        return time.monotonic()
+
+    def check(self) -> None:
+        if self._wrong is not None:
+            raise PoolError(self._wrong)
 
     def clear(self) -> None:
-        self._step, self._stepped = None, {}
+        self._stepped = {}
 
 
 def squares(weights: Params) -> tuple[float, float]:

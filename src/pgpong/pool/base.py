@@ -141,7 +141,7 @@ class OneBatchAtATime:
         self._waiting[self._tickets] = (Params.of(weights.W1, weights.W2), episodes)
         return self._tickets
 
-    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int:
+    def announce(self, episodes: list[EpisodeId]) -> int:
         self._tickets += 1
         self._waiting[self._tickets] = (None, episodes)
         return self._tickets
@@ -151,7 +151,9 @@ class OneBatchAtATime:
         not change before (the trainer collects it next)."""
         self._waiting[ticket] = (weights, self._waiting[ticket][1])
 
-    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult:
+    def collect(
+        self, tickets: list[int], finished: Finished = ignore_episode, step: StepPlan | None = None
+    ) -> BatchResult:
         parts = []
         for ticket in tickets:
             weights, episodes = self._waiting.pop(ticket)
@@ -166,11 +168,13 @@ class OneBatchAtATime:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """The trainer's next RMSProp step, said as it announces the next batch: from its
-    `weights` and `cache` as they are (after `steps` updates of the trainer `owner`),
-    with these settings. A pool that can takes it itself where the batch's total
-    arrives, so the next batch's weights go out at once (ClusterPool: pool/ahead.py)."""
+    """The step the trainer will take on the batch it collects: from its `weights` and
+    `cache` as they are (after `steps` updates of the trainer `owner`), with these
+    settings, for the announced batch `ticket` to play. A pool that can takes it
+    itself where the batch's total arrives, so that batch starts at once
+    (ClusterPool: pool/ahead.py); the trainer's publish then checks the weights."""
 
+    ticket: int
     owner: str
     steps: int
     learning_rate: float
@@ -206,16 +210,18 @@ class Pool(Protocol):
 
     # Without a lag the next batch is announced before this one is collected, and
     # published with the weights this update makes. A pool that can hands its matches
-    # out meanwhile (ClusterPool: its workers wait for the weights in their calls), and
-    # with `step` takes the update itself, publishing them at once (publish then checks).
-    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int: ...  # a ticket
+    # out meanwhile (ClusterPool: its workers wait for the weights in their calls).
+    def announce(self, episodes: list[EpisodeId]) -> int: ...  # a ticket for publish, then collect
 
     def publish(self, ticket: int, weights: Params) -> None: ...
 
     # A batch is collected by its parts' tickets, in episode order (two with --lag-share:
     # its first matches submitted, the rest announced); its sum is theirs, added as
-    # BatchResult.plus adds them.
-    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult: ...
+    # BatchResult.plus adds them. With `step`, a pool that can takes the trainer's
+    # step on the sum itself and publishes the announced batch at once (ClusterPool).
+    def collect(
+        self, tickets: list[int], finished: Finished = ignore_episode, step: StepPlan | None = None
+    ) -> BatchResult: ...
 
     def cancel(self) -> None: ...  # batches submitted and not collected are dropped
 

@@ -18,9 +18,9 @@ of a batch added with them into its node's store; all read an announced batch's.
 The next batch is added to the queue before this one is collected. Without a lag it
 is announced, without weights: its matches are handed out as workers free up, and
 each worker given one calls for it at once and waits in that call for the weights,
-which the queue makes itself from this batch's total, taking the trainer's step
-ahead of it (ahead.py; the trainer's publish then checks them), so the batch starts
-without a trip through the driver, nor a Ray call per match. With --lag 1 it is
+which the queue makes itself from this batch's total when the trainer says its step
+(ahead.py; the trainer's publish then checks them; else it brings them), so the batch
+starts without a trip through the driver, nor a Ray call per match. With --lag 1 it is
 submitted with its weights (submit, then collect): a worker that finishes this
 batch's last match it could get starts one of the next batch at once.
 
@@ -104,7 +104,7 @@ class ClusterPool:
         ]
         self._here = ray.get_runtime_context().get_node_id()  # the driver's node, the queue's and the reducer's
         here = NodeAffinitySchedulingStrategy(self._here, soft=False)
-        threads = 2 * len(leaders) + 8  # a request and a wait for weights of each leader; the driver's calls go on
+        threads = 2 * len(leaders) + 8  # a request and a wait for weights per leader; the driver's (one waits a batch)
         queue = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here, max_concurrency=threads)
         self._queue: Any = queue.remote(num_workers)
         self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()
@@ -158,12 +158,12 @@ class ClusterPool:
         self._in_play[batch].inputs = weights.W1.shape[1]
         return batch
 
-    def announce(self, episodes: list[EpisodeId], step: StepPlan | None = None) -> int:
+    def announce(self, episodes: list[EpisodeId]) -> int:
         """Add the next batch to the queue before its weights exist: its matches are
         handed out as workers free up, and each worker given one waits for the weights
-        in its call, so the batch starts when they come (from the queue itself with
-        `step`, the trainer's next step: ahead.py; else from publish()), without a Ray
-        call per match. A ticket for publish and collect."""
+        in its call, so the batch starts when they come (from publish(), or from the
+        queue's own step: collect), without a Ray call per match. A ticket for publish
+        and collect."""
         # the time it takes is the update's of the oldest batch in play, collected next (with
         # --lag-share the newest is the next batch's first part)
         measures = BatchMeasures()
@@ -172,22 +172,20 @@ class ClusterPool:
         if playing is not None:
             playing.measures.add_seconds(PUBLISHING, measures.seconds.pop(PUBLISHING))
         self._announced[batch] = episodes
-        self._ahead.plan(batch, step)
         return batch
 
     def publish(self, ticket: int, weights: Params) -> None:
-        """The weights of an announced batch: its matches start. (One recalled meanwhile
-        is added again, with them.)"""
-        if ticket in self._recalled:
-            self._renamed[ticket] = self.submit(weights, self._recalled.pop(ticket))
+        """The weights of an announced batch: its matches start (or, if the queue has
+        published its own step's, they are checked). One recalled meanwhile is added again."""
+        began, recalled = time.perf_counter(), self._recalled.pop(ticket, None)
+        when = self._ahead.publish(self._queue, ticket, weights, self._limits.stall_s, to_queue=recalled is None)
+        if recalled is not None:
+            self._renamed[ticket] = self.submit(weights, recalled)
             return
-        began = time.perf_counter()
-        if not self._ahead.published(ticket, weights):
-            self._ray.get(self._queue.publish.remote(ticket, StoredWeights.of(weights)), timeout=self._limits.stall_s)
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
-        in_play.inputs, in_play.added = weights.W1.shape[1], time.monotonic()
+        in_play.inputs, in_play.added = weights.W1.shape[1], when
 
     def _recall(self) -> None:
         """Drop the announced batches from the queue, to be added again when published:
@@ -200,12 +198,16 @@ class ClusterPool:
             del self._announced[batch], self._in_play[batch]
             self._recalled[batch] = episodes
 
-    def collect(self, tickets: list[int], finished: Finished = ignore_episode) -> BatchResult:
-        """Wait for the batch's matches (its parts' tickets, in episode order: their
-        stats to `finished`, in order); the exact sum of its gradients, from the
-        reducer, which adds the parts' sums itself: one array into the driver."""
+    def collect(
+        self, tickets: list[int], finished: Finished = ignore_episode, step: StepPlan | None = None
+    ) -> BatchResult:
+        """Wait for the batch's matches (its parts' tickets, in episode order: their stats
+        to `finished`, in order); the exact sum of its gradients, from the reducer, which
+        adds the parts' sums: one array in. With `step`, the queue takes it (ahead.py)."""
+        self._ahead.check()
         parts = [self._renamed.pop(ticket, ticket) for ticket in tickets]
-        replaced, result = self.replaced, self._ahead.total(self._queue, self._reducer, parts)
+        step = step if step is None or step.ticket in self._announced else None  # (not recalled)
+        replaced, result = self.replaced, self._ahead.total(self._queue, self._reducer, parts, step)
         seconds = Counter[str]()  # each part's (its time to publish)
         for part in parts:  # each part's stats until its matches are all in the sum (the last's: the total)
             in_play, in_order = self._in_play[part], InOrder(finished)
@@ -300,12 +302,10 @@ class ClusterPool:
         self._in_play.pop(batch, None)
 
     def _follow(self, batch: int, result: list) -> Iterator[tuple[int, Any]]:
-        """Yield (position, stats or result) of the batch's matches as the queue's
-        reports come, until every match is accounted for: for "play", once `result`
-        (the reducer's answer) is ready, as every match is in the sum; for
-        "evaluate", once each is reported. Leaders' runs that end are started again
-        when matches were added after they began; a lost leader's matches go back to
-        the queue."""
+        """Yield (position, stats or result) of the batch's matches as the queue's reports
+        come, until every match is accounted for ("play": once `result`, the total, is
+        ready; "evaluate": once each is reported). A leader's run that ends starts again
+        if matches were added since it began; a lost leader's go back to the queue."""
         ray, stall_s = self._ray, self._limits.stall_s
         in_play = self._in_play[batch]
         last_progress, next_poll = time.monotonic(), time.monotonic() + POLL_SECONDS

@@ -37,7 +37,7 @@ from typing import Any
 
 from pgpong.placement import request_size
 from pgpong.policy import Params
-from pgpong.pool.ahead import Mirror, StepOrder, Stepped
+from pgpong.pool.ahead import STEPPED_AHEAD, Mirror, StepOrder, Stepped
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
 from pgpong.pool.worker import PublishedWeights, StoredWeights, WeightsToCome, publish
@@ -108,7 +108,7 @@ class WorkQueue:
     ) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
-        *args)), or, if None, with the weights publish() brings later (the batch is
+        *args)), or, if None, with those published later (publish, step_ahead: the batch is
         announced: its matches are handed out at once, and the workers given them wait
         for the weights in their calls). The driver sends the weights by reference
         (StoredWeights), and the queue puts a copy in the object store itself, so
@@ -140,9 +140,10 @@ class WorkQueue:
         self._put(batch, episodes, (method, published, ()))
         return True
 
-    def publish(self, batch: int, weights: StoredWeights) -> None:
-        """The weights of an announced batch: the workers waiting for them start."""
-        self._publish(batch, _copied(weights))  # (the copy made while the nodes' calls go on)
+    def publish(self, batch: int, weights: StoredWeights) -> bool | None:
+        """The weights of an announced batch: the workers waiting for them start (False:
+        it had weights already, and keeps them; None: it is not in the queue)."""
+        return self._publish(batch, _copied(weights))  # (the copy made while the nodes' calls go on)
 
     def step_ahead(self, reducer: Any, parts: list[int], order: StepOrder, batch: int) -> Stepped:
         """The total of the batch played as `parts` (the reducer's, waited for here),
@@ -150,18 +151,16 @@ class WorkQueue:
         `batch` gets the weights it makes at once, if it still waits for them."""
         import ray
 
-        total, squares = ray.get(reducer.result.remote(parts)), None
-        made = self.mirror.step(total.grad, order)
-        if made is not None and self._publish(batch, publish(made[0])[0]):
-            squares, self.calls["stepped ahead"] = made[1], self.calls["stepped ahead"] + 1
-        return Stepped(total, self.mirror.state, squares)
+        total = ray.get(reducer.result.remote(parts))
+        return self.mirror.answer(total, order, lambda made: self._publish(batch, made, ahead=True))
 
     @_locked
-    def _publish(self, batch: int, published: PublishedWeights) -> bool:
+    def _publish(self, batch: int, published: PublishedWeights, ahead: bool = False) -> bool | None:
         queued = self.batches.get(batch)
         if queued is None or queued.job[1] is not None:  # (dropped, or published)
-            return False
+            return None if queued is None else False
         queued.job = (queued.job[0], published, queued.job[2])
+        self.calls[STEPPED_AHEAD] += ahead
         self._lock.notify_all()
         return True
 

@@ -85,7 +85,7 @@ class PublishedWeights:
 
 @dataclass(frozen=True)
 class WeightsToCome:
-    """A batch's weights before the driver has made them (the batch announced, its
+    """A batch's weights before they are made (the batch announced, its
     matches handed out ahead): `ref` is a node leader's call to the queue that answers
     once they are published, with their PublishedWeights, or with None if the batch
     was dropped. A worker given a match of it starts the call at
