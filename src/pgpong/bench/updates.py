@@ -20,6 +20,7 @@ from pgpong.bench.options import BenchOptions
 from pgpong.config import TrainConfig
 from pgpong.placement import best_whole_matches, first_free, lower_bound
 from pgpong.pool import Pool
+from pgpong.pool.ahead import STEPPED_AHEAD
 from pgpong.pool.base import WorkerSettings
 from pgpong.rundir import open_run
 from pgpong.session import open_trainer, worker_settings
@@ -69,16 +70,19 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     lagged = trainer.config.lagged  # (--lag 1 or --lag-share: batches overlap)
     # Every thread's times, to see what waited for a CPU (the processes found once,
     # after the warm-up); not with --lag 1. The reading takes the driver about 15 us
-    # a thread (15-25 ms at 1x64, more at 11x18), so bench reads where no match
-    # plays: just before the next batch's weights go out (the trainer publishes them
-    # as soon as the step is checked), and leaves the reading's time out of the
-    # update and its CPU out of the driver's. With --lag 1 a batch always plays, and
-    # bench reads (no threads' times then) between two calls of the trainer.
+    # a thread (15-25 ms at 1x64, more at 11x18), so bench reads just before the
+    # trainer publishes the next batch's weights (as soon as its step is checked) and
+    # leaves its CPU out of the driver's. Its time is left out of the update only if
+    # it held that batch back: not when a cluster's queue took the step and published
+    # them already (pool/ahead.py), for then the batch plays while bench reads. With
+    # --lag 1 a batch always plays, and bench reads (no threads' times then) between
+    # two calls of the trainer.
     for _ in range(warm_up_batches(lagged)):
         wall_s = trainer.train_batch().row.wall_s
     running = contention.processes() if not lagged else []
     points: list[_Point] = []
     quiet = not lagged and callable(getattr(pool, "publish", None))
+    stepped = [queue_calls(pool).get(STEPPED_AHEAD, 0)]  # the queue's steps so far, then at each point
     with _reading_before_publishing(pool if quiet else None, lambda: points.append(_Point.read(pool, running))):
         if quiet:  # one batch more: the reading before its step's weights go out begins the first update
             wall_s = trainer.train_batch().row.wall_s
@@ -92,11 +96,13 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             if read_now:
                 points.append(_Point.read(pool, running))
             before, point = points[k], points[k + 1]
-            # An update runs from one reading to the next, less the reading: without a
-            # lag, from the moment a batch's weights go out to that of the next's; with
-            # --lag 1 (where batches overlap) from one row to the next.
+            stepped.append(before.calls.get(STEPPED_AHEAD, 0))
+            # An update runs from one reading to the next, less the reading if it held the
+            # batch back: without a lag, from the moment a batch's weights go out to that
+            # of the next's; with --lag 1 (where batches overlap) from one row to the next.
             cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-            seconds = point.at - before.done_at if not read_now else cycle_s
+            began = before.at if stepped[-1] > stepped[-2] else before.done_at  # (the queue's weights went out first)
+            seconds = point.at - began if not read_now else cycle_s
             row = _update_row(report, point.cpu_end - before.cpu_start, pool.num_workers, seconds, lagged)
             for name, used in point.helpers.items():  # the queue's and the reducer's share of it
                 if name in before.helpers:
