@@ -289,3 +289,51 @@ def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch
     now.join(10)
     assert finished_first and results["this"].stats.episode.batch == 1
     assert not later.is_alive() and results["next"].stats.episode.batch == 2
+
+
+def test_with_the_queue_s_step_ahead_bench_counts_its_reading_in_the_update():
+    """When a cluster's queue has published the next batch's weights itself (its count
+    of steps taken ahead grew), that batch plays while bench reads just before the
+    trainer's publish: the reading (0.04 s) held nothing back, so the update runs from
+    one reading's start to the next's, 0.10 s here, not 0.06 (pool/ahead.py)."""
+    stepped, published = [0], []
+
+    def spin(seconds: float) -> bool:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return False
+
+    class Pool:
+        num_workers = 4
+
+        def nodes(self) -> int:
+            return 1
+
+        def helpers_cpu_seconds(self) -> dict[str, float]:
+            spin(0.04)
+            return {"queue": 1.0}
+
+        def queue_calls(self) -> dict[str, int]:
+            return {"stepped ahead": stepped[0]}
+
+        def publish(self, ticket: int, weights: Any) -> None:
+            published.append(ticket)
+
+    pool: Any = Pool()
+    walls = iter(range(1, 10))
+
+    def train_batch() -> BatchReport:
+        time.sleep(0.05)  # the batch plays; the queue takes the step and publishes
+        stepped[0] += 1
+        pool.publish(len(published), None)  # the trainer's publish: a check
+        time.sleep(0.01)  # the row and the logs
+        return BatchReport(
+            BatchRow(1, 10, 9000, next(walls), 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0
+        )
+
+    trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, lagged=False, batch_size=10), train_batch=train_batch)
+    measured = updates(trainer, pool, 3, lambda _: None)
+    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.10] * 3, abs=0.015)
+    assert [row["queue_stepped_ahead_calls"] for row in measured["updates"]] == [1, 1, 1]
+    assert all(row["driver_cpu_ms"] < 30 for row in measured["updates"])
