@@ -334,6 +334,7 @@ def test_with_the_queue_s_step_ahead_bench_counts_its_reading_in_the_update():
 
     trainer: Any = SimpleNamespace(config=SimpleNamespace(lag=0, lagged=False, batch_size=10), train_batch=train_batch)
     measured = updates(trainer, pool, 3, lambda _: None)
-    assert [row["seconds"] for row in measured["updates"]] == pytest.approx([0.10] * 3, abs=0.015)
+    # (at least the play, the row and the reading: 0.05 + 0.01 + 0.04 s; a busy machine only adds)
+    assert all(0.097 <= row["seconds"] < 0.5 for row in measured["updates"]), measured["updates"]
     assert [row["queue_stepped_ahead_calls"] for row in measured["updates"]] == [1, 1, 1]
     assert all(row["driver_cpu_ms"] < 30 for row in measured["updates"])
