@@ -123,16 +123,42 @@ def test_an_update_runs_from_one_row_to_the_next(lag, pace):
     assert (measured["overhead_s"] is None) == bool(lag)  # overlapping batches: no one-batch schedule to compare with
 
 
+def spin(seconds: float) -> bool:
+    """Burn `seconds` of this process's CPU (a reading's cost); False."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return False
+
+
+class PublishingPool:
+    """A pool whose reading costs 0.04 s of CPU; it records the tickets published, and
+    says how many batches its queue has published with its own step (`stepped`)."""
+
+    num_workers = 4
+
+    def __init__(self) -> None:
+        self.published: list[int] = []
+        self.stepped = 0
+
+    def nodes(self) -> int:
+        return 1
+
+    def helpers_cpu_seconds(self) -> dict[str, float]:
+        spin(0.04)
+        return {"queue": 1.0}
+
+    def queue_calls(self) -> dict[str, int]:
+        return {"stepped ahead": self.stepped}
+
+    def publish(self, ticket: int, weights: Any) -> None:
+        self.published.append(ticket)
+
+
 def test_bench_leaves_its_own_reading_out_of_the_drivers_cpu():
     """Between two calls of the trainer bench reads its measures (the queue's CPU,
     every thread's times) while the next batch plays: that reading's CPU (here 60 ms)
     is not the driver's, whose update here took 20 ms of it."""
-
-    def spin(seconds: float) -> bool:
-        end = time.process_time() + seconds
-        while time.process_time() < end:
-            pass
-        return False
 
     walls = iter([0.5, 1.0, 1.5, 2.0])
 
@@ -158,28 +184,8 @@ def test_without_a_lag_bench_reads_as_the_weights_go_out_and_leaves_the_reading_
     then): an update runs from one batch's weights going out to the next's, here
     0.01 s of the row and 0.05 s of play, and the reading's 0.04 s (and its CPU)
     are left out of it."""
-    published = []
-
-    def spin(seconds: float) -> bool:
-        end = time.process_time() + seconds
-        while time.process_time() < end:
-            pass
-        return False
-
-    class Pool:
-        num_workers = 4
-
-        def nodes(self) -> int:
-            return 1
-
-        def helpers_cpu_seconds(self) -> dict[str, float]:
-            spin(0.04)
-            return {"queue": 1.0}
-
-        def publish(self, ticket: int, weights: Any) -> None:
-            published.append(ticket)
-
-    pool: Any = Pool()
+    pool: Any = PublishingPool()
+    published = pool.published
     walls = iter(range(1, 10))
 
     def train_batch() -> BatchReport:
@@ -296,37 +302,13 @@ def test_with_the_queue_s_step_ahead_bench_counts_its_reading_in_the_update():
     of steps taken ahead grew), that batch plays while bench reads just before the
     trainer's publish: the reading (0.04 s) held nothing back, so the update runs from
     one reading's start to the next's, 0.10 s here, not 0.06 (pool/ahead.py)."""
-    stepped, published = [0], []
-
-    def spin(seconds: float) -> bool:
-        end = time.process_time() + seconds
-        while time.process_time() < end:
-            pass
-        return False
-
-    class Pool:
-        num_workers = 4
-
-        def nodes(self) -> int:
-            return 1
-
-        def helpers_cpu_seconds(self) -> dict[str, float]:
-            spin(0.04)
-            return {"queue": 1.0}
-
-        def queue_calls(self) -> dict[str, int]:
-            return {"stepped ahead": stepped[0]}
-
-        def publish(self, ticket: int, weights: Any) -> None:
-            published.append(ticket)
-
-    pool: Any = Pool()
+    pool: Any = PublishingPool()
     walls = iter(range(1, 10))
 
     def train_batch() -> BatchReport:
         time.sleep(0.05)  # the batch plays; the queue takes the step and publishes
-        stepped[0] += 1
-        pool.publish(len(published), None)  # the trainer's publish: a check
+        pool.stepped += 1
+        pool.publish(len(pool.published), None)  # the trainer's publish: a check
         time.sleep(0.01)  # the row and the logs
         return BatchReport(
             BatchRow(1, 10, 9000, next(walls), 0.3, 0, 0, 0, 0, 900, 0, 10, 4, 0), {}, {}, [0.025] * 10, 0
