@@ -82,7 +82,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     running = contention.processes() if not lagged else []
     points: list[_Point] = []
     quiet = not lagged and callable(getattr(pool, "publish", None))
-    stepped = [queue_calls(pool).get(STEPPED_AHEAD, 0)]  # the queue's steps so far, then at each point
+    stepped_before = queue_calls(pool).get(STEPPED_AHEAD, 0)  # the queue's own steps so far
     with _reading_before_publishing(pool if quiet else None, lambda: points.append(_Point.read(pool, running))):
         if quiet:  # one batch more: the reading before its step's weights go out begins the first update
             wall_s = trainer.train_batch().row.wall_s
@@ -96,12 +96,12 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             if read_now:
                 points.append(_Point.read(pool, running))
             before, point = points[k], points[k + 1]
-            stepped.append(before.calls.get(STEPPED_AHEAD, 0))
             # An update runs from one reading to the next, less the reading if it held the
             # batch back: without a lag, from the moment a batch's weights go out to that
             # of the next's; with --lag 1 (where batches overlap) from one row to the next.
             cycle_s, wall_s = report.row.wall_s - wall_s, report.row.wall_s
-            began = before.at if stepped[-1] > stepped[-2] else before.done_at  # (the queue's weights went out first)
+            prior = points[k - 1].calls.get(STEPPED_AHEAD, 0) if k else stepped_before
+            began = before.at if before.calls.get(STEPPED_AHEAD, 0) > prior else before.done_at  # (weights out first)
             seconds = point.at - began if not read_now else cycle_s
             row = _update_row(report, point.cpu_end - before.cpu_start, pool.num_workers, seconds, lagged)
             for name, used in point.helpers.items():  # the queue's and the reducer's share of it

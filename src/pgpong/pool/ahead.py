@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from pgpong.policy import EpisodeGradient, Params, RMSProp, squared_norm
 from pgpong.pool.base import PoolError, StepPlan
 from pgpong.pool.reducer import Total
@@ -50,8 +48,9 @@ class StepOrder:
 class Stepped:
     """The queue's answer: the batch's total (the reducer's), the state its copy holds
     now (None: unknown, to be sent again), and the new weights' squared norms if it
-    published them."""
+    published them for `batch`."""
 
+    batch: int
     total: Total
     state: tuple[str, int] | None
     squares: tuple[float, float] | None
@@ -66,18 +65,20 @@ class Mirror:
         self.cache: Params | None = None
         self._lock = threading.Lock()  # (one step at a time, apart from the queue's lock: its calls go on)
 
-    def answer(self, total: Total, order: StepOrder, publish_to: Callable[[PublishedWeights], bool | None]) -> Stepped:
+    def answer(
+        self, total: Total, order: StepOrder, batch: int, publish_to: Callable[[PublishedWeights], bool | None]
+    ) -> Stepped:
         """The queue's answer to the driver: the batch's `total`, with the step taken on
-        it and its weights published (`publish_to` says whether its batch took them)."""
+        it and its weights published for `batch` (`publish_to` says whether it took them)."""
         with self._lock:
             try:
                 made = self.step(total.grad, order)
                 if made is None or not publish_to(publish(made[0])[0]):
-                    return Stepped(total, self.state, None)
+                    return Stepped(batch, total, self.state, None)
             except Exception:  # (the store full, say): the trainer's publish brings the weights
                 self.state = None
-                return Stepped(total, None, None)
-            return Stepped(total, self.state, made[1])
+                return Stepped(batch, total, None, None)
+            return Stepped(batch, total, self.state, made[1])
 
     def step(self, total: EpisodeGradient, order: StepOrder) -> tuple[Params, tuple[float, float]] | None:
         """The step `order` says, taken on a batch's `total`: the new weights and their
@@ -87,7 +88,7 @@ class Mirror:
 
         if order.weights is not None and order.cache is not None:
             fetched: list[Params] = ray.get([order.weights.ref, order.cache.ref])
-            self.weights, self.cache = (_own(params) for params in fetched)
+            self.weights, self.cache = (Params.of(params.W1, params.W2) for params in fetched)  # (writable)
             self.state = order.state
         if self.state != order.state or self.weights is None or self.cache is None:  # (None: for mypy)
             return None
@@ -105,7 +106,6 @@ class Ahead:
     play its weights, the state the queue's copy holds, the batches it published."""
 
     def __init__(self) -> None:
-        self._stepping = 0  # the batch to play the step the queue is taking
         self._mirrored: tuple[str, int] | None = None
         self._stepped: dict[int, tuple[tuple[float, float], float]] = {}  # batch -> its weights' squares, when
         self._wrong: str | None = None
@@ -115,7 +115,7 @@ class Ahead:
         with `plan`, the queue's answer with it, once it has taken the step (Stepped)."""
         if plan is None:
             return reducer.result.remote(parts)
-        sent, self._mirrored, self._stepping = self._mirrored, None, plan.ticket  # (unknown until answered)
+        sent, self._mirrored = self._mirrored, None  # (unknown until answered)
         state = (plan.owner, plan.steps)
         weights, cache = (
             (None, None) if sent == state else (StoredWeights.of(plan.weights), StoredWeights.of(plan.cache))
@@ -129,7 +129,7 @@ class Ahead:
             return answer
         self._mirrored = answer.state
         if answer.squares is not None:  # the queue has published the next batch's weights
-            self._stepped[self._stepping] = (answer.squares, time.monotonic())
+            self._stepped[answer.batch] = (answer.squares, time.monotonic())
         return answer.total
 
     def publish(self, queue: Any, batch: int, weights: Params, timeout: float, to_queue: bool = True) -> float:
@@ -160,8 +160,3 @@ class Ahead:
 def squares(weights: Params) -> tuple[float, float]:
     """The weights' squared norms, as RMSProp.step sums them."""
     return squared_norm(weights.W1), squared_norm(weights.W2)
-
-
-def _own(params: Params) -> Params:
-    """Writable copies, each array in its own dtype and layout (from the store they are read-only)."""
-    return Params(np.array(params.W1, order="K"), np.array(params.W2, order="K"))

@@ -152,7 +152,7 @@ class WorkQueue:
         import ray
 
         total = ray.get(reducer.result.remote(parts))
-        return self.mirror.answer(total, order, lambda made: self._publish(batch, made, ahead=True))
+        return self.mirror.answer(total, order, batch, lambda made: self._publish(batch, made, ahead=True))
 
     @_locked
     def _publish(self, batch: int, published: PublishedWeights, ahead: bool = False) -> bool | None:
