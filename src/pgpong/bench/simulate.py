@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ class SimulatedWorkers:
         self.seconds_per_step = seconds_per_step
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
-        self._resolving: dict[Any, threading.Lock] = {}  # an announced batch's answer, by its reference
+        self._read: dict[Any, Future] = {}  # what was read once for all the slots, by its reference
         self._guard = threading.Lock()
         kept_for_life()  # as a leader does (a rollout worker does not: its Pong would never be freed)
 
@@ -69,35 +70,47 @@ class SimulatedWorkers:
         self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int], slot: int = 0
     ) -> Played | Skipped:
         episode = EpisodeId(*episode)
-        if isinstance(weights, WeightsToCome):  # waited for before the slot's lock (and without the guard):
-            resolved = self._resolve(weights)  # the slot's calls may start in any order, and the match
-            if resolved is None:  # before this one, of the batch before, must not wait behind it
+        if isinstance(weights, WeightsToCome):  # waited for before the slot's lock: the slot's calls may
+            come = weights  # start in any order, and the match before this one, of the batch before,
+            resolved = self._once(come.ref, lambda: self._weights.resolve(come))  # must not wait behind it
+            if resolved is None:
                 return Skipped()
             weights = resolved
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another
             began = time.perf_counter()
-            with self._guard:
-                self._weights(weights)  # fetched once a batch, as a real worker does
+            if isinstance(weights, PublishedWeights):  # fetched once a batch, as a real worker does
+                published = weights
+                self._once(published.ref, lambda: self._weights(published))
             match = self.bank[bank_index(episode, len(self.bank))]
             duration = match.stats.steps * self.seconds_per_step
             time.sleep(max(0.0, duration - (time.perf_counter() - began)))
             stats = dataclasses.replace(match.stats, episode=episode, seconds=duration, timings={})
             return Played(stats, match.grad)
 
-    def _resolve(self, weights: WeightsToCome) -> PublishedWeights | None:
-        """The leader's answer, read once for all the slots: the first slot to ask reads
-        it, the others wait for that one. Each of the workers the slots stand for would
-        read it in its own process at the same time; read by every slot in turn, in one
-        process, the last match of a wave would start tens of milliseconds after the
-        first on this machine, which no real node has."""
+    def _once(self, ref: Any, read: Callable[[], Any]) -> Any:
+        """What `read()` gives for `ref`, read by the first slot to ask; the others wait
+        for it and then go on together. Each of the workers the slots stand for would
+        read it in its own process at the same time. Read by every slot in turn, in one
+        process, the last match of a wave started tens of milliseconds after the first
+        on this machine; handed from slot to slot through a lock, 6-10 ms after it (a
+        wake-up on a busy CPU each; 6-8 ms now), which no real node has."""
         with self._guard:
-            lock = self._resolving.setdefault(weights.ref, threading.Lock())
-            while len(self._resolving) > 2 * WeightsCache.KEPT:  # the oldest, long answered
-                del self._resolving[next(iter(self._resolving))]
-        with lock:
-            return self._weights.resolve(weights)
+            future, first = self._read.get(ref), ref not in self._read
+            if first:
+                future = self._read[ref] = Future()
+                while len(self._read) > 4 * WeightsCache.KEPT:  # the oldest, long read
+                    del self._read[next(iter(self._read))]
+        assert future is not None  # (for mypy)
+        if first:
+            try:
+                future.set_result(read())
+            except BaseException as exc:  # (the slots waiting now get it; a later one reads again)
+                with self._guard:
+                    self._read.pop(ref, None)
+                future.set_exception(exc)
+        return future.result()
 
     def pid(self, slot: int = 0) -> int:
         return os.getpid()
