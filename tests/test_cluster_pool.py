@@ -93,7 +93,7 @@ def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three
     assert_same_state(state, reference)
     assert diagnostics(tmp_path / "three") == diagnostics(reference_dir)
     assert all(row["entropy"] != "nan" for row in diagnostics(reference_dir))
-    assert pool.queue_calls()["stepped ahead"] == 1  # batch 2 played the queue's step, checked by the trainer's
+    assert pool.queue_calls()["stepped ahead"] == 1  # batch 2 played the reducer's step, checked by the trainer's
     # the driver receives one array, the batch's sum: at most a dense gradient
     heard: list = []
     played = pool.play_batch(state.weights, [EpisodeId(3, 2, k) for k in range(SETTINGS["batch_size"])], heard.append)
@@ -182,10 +182,10 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
 
 
 @pytest.mark.slow
-def test_the_queue_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
+def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
     """Collected with the trainer's next step, a batch's total gets that step in the
-    queue, and the announced batch plays the weights it makes as soon as the total is
-    in: those of the trainer's own step, to the bit. Weights that differ from the
+    reducer, and the announced batch plays the weights it makes as soon as the total
+    is in: those of the trainer's own step, to the bit. Weights that differ from the
     trainer's (here: the plan said another learning rate) are caught when the trainer
     publishes its own, and the pool refuses to go on."""
     from pgpong.policy import Params, RMSProp
@@ -205,7 +205,7 @@ def test_the_queue_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights
             mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
             RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
             assert not np.array_equal(mine.W1, weights.W1)
-            pool.publish(second, mine)  # the queue's are these: only checked
+            pool.publish(second, mine)  # the reducer's are these: only checked
             assert pool.queue_calls()["stepped ahead"] == 1
             third = pool.announce(episodes[2])
             wrong = StepPlan(third, "a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)

@@ -86,7 +86,7 @@ RAY = {
     "pool.cluster_pool": "a leader per node",
     "pool.leader": "a node's leader runs its node's workers",
     "pool.queue": "a leader asks the batch's queue for matches",
-    "pool.ahead": "the queue's copy of the trainer's weights and cache comes through the object store",
+    "pool.ahead": "the trainer's state goes to the reducer through the object store, and its own weights to the queue",
     "bench.simulate": "a simulated cluster on this machine",
     "bench.throughput": "bench's memory probe, an actor of its own",
     "study.runner": "trials on Ray Tune",

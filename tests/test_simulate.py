@@ -306,7 +306,7 @@ def test_with_the_queue_s_step_ahead_bench_counts_its_reading_in_the_update():
     walls = iter(range(1, 10))
 
     def train_batch() -> BatchReport:
-        time.sleep(0.05)  # the batch plays; the queue takes the step and publishes
+        time.sleep(0.05)  # the batch plays; the reducer takes the step, the queue publishes
         pool.stepped += 1
         pool.publish(len(pool.published), None)  # the trainer's publish: a check
         time.sleep(0.01)  # the row and the logs

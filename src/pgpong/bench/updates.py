@@ -73,16 +73,16 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
     # a thread (15-25 ms at 1x64, more at 11x18), so bench reads just before the
     # trainer publishes the next batch's weights (as soon as its step is checked) and
     # leaves its CPU out of the driver's. Its time is left out of the update only if
-    # it held that batch back: not when a cluster's queue took the step and published
-    # them already (pool/ahead.py), for then the batch plays while bench reads. With
-    # --lag 1 a batch always plays, and bench reads (no threads' times then) between
-    # two calls of the trainer.
+    # it held that batch back: not when a cluster's reducer took the step and the queue
+    # published them already (pool/ahead.py), for then the batch plays while bench
+    # reads. With --lag 1 a batch always plays, and bench reads (no threads' times
+    # then) between two calls of the trainer.
     for _ in range(warm_up_batches(lagged)):
         wall_s = trainer.train_batch().row.wall_s
     running = contention.processes() if not lagged else []
     points: list[_Point] = []
     quiet = not lagged and callable(getattr(pool, "publish", None))
-    stepped_before = queue_calls(pool).get(STEPPED_AHEAD, 0)  # the queue's own steps so far
+    stepped_before = queue_calls(pool).get(STEPPED_AHEAD, 0)  # the batches the queue published from the reducer's step
     with _reading_before_publishing(pool if quiet else None, lambda: points.append(_Point.read(pool, running))):
         if quiet:  # one batch more: the reading before its step's weights go out begins the first update
             wall_s = trainer.train_batch().row.wall_s

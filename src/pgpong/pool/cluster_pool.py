@@ -11,18 +11,18 @@ sum to a reducer (another CPU-less actor, on the driver's node), which adds the 
 sums as they come and gives the total, once, in float32. The driver adds each batch
 to the queue, starts the leaders once (their runs go on from batch to batch), reads
 the queue's reports a few times a batch and receives one array per update, whatever
-the batch, and hardly more with more nodes. The queue publishes the weights (it owns
-them, and keeps Ray's books on their readers); a leader of another node copies those
-of a batch added with them into its node's store; all read an announced batch's.
+the batch and nodes. The queue publishes the weights (it owns a copy of the driver's
+and keeps Ray's books on their readers; the reducer owns its step's); a leader of
+another node copies them into its store if they came with the batch, not if later.
 
 The next batch is added to the queue before this one is collected. Without a lag it
 is announced, without weights: its matches are handed out as workers free up, and
 each worker given one calls for it at once and waits in that call for the weights,
-which the queue makes itself from this batch's total when the trainer says its step
-(ahead.py; the trainer's publish then checks them; else it brings them), so the batch
-starts without a trip through the driver, nor a Ray call per match. With --lag 1 it is
-submitted with its weights (submit, then collect): a worker that finishes this
-batch's last match it could get starts one of the next batch at once.
+which the reducer makes from this batch's total when the trainer says its step
+(ahead.py; the trainer's publish then checks them; else it brings them), so the
+batch starts without a trip through the driver, nor a Ray call per match. With --lag
+1 it is submitted with its weights (submit, then collect): a worker that finishes
+this batch's last match it could get starts one of the next batch at once.
 
 A leader that dies (its node lost) costs the matches it had taken: the queue hands
 them out again and the other leaders play them, with the same seeds. The sums are
@@ -118,7 +118,7 @@ class ClusterPool:
         self._announced: dict[int, list[EpisodeId]] = {}  # batches in the queue without their weights yet
         self._recalled: dict[int, list[EpisodeId]] = {}  # announced batches dropped, to be added when published
         self._renamed: dict[int, int] = {}  # a recalled batch's ticket -> its number in the queue
-        self._ahead = Ahead()  # the trainer's next step, which the queue takes ahead of it
+        self._ahead = Ahead()  # the trainer's next step, which the reducer takes ahead of it
         try:
             started = ray.get([leader.ready.remote() for leader in leaders], timeout=limits.start_s)
         except ray.exceptions.RayError as exc:
@@ -162,7 +162,7 @@ class ClusterPool:
         """Add the next batch to the queue before its weights exist: its matches are
         handed out as workers free up, and each worker given one waits for the weights
         in its call, so the batch starts when they come (from publish(), or from the
-        queue's own step: collect), without a Ray call per match. A ticket for publish
+        reducer's step: collect), without a Ray call per match. A ticket for publish
         and collect."""
         # the time it takes is the update's of the oldest batch in play, collected next (with
         # --lag-share the newest is the next batch's first part)
@@ -203,7 +203,7 @@ class ClusterPool:
     ) -> BatchResult:
         """Wait for the batch's matches (its parts' tickets, in episode order: their stats
         to `finished`, in order); the exact sum of its gradients, from the reducer, which
-        adds the parts' sums: one array in. With `step`, the queue takes it (ahead.py)."""
+        adds the parts' sums: one array in. With `step`, the reducer takes it (ahead.py)."""
         self._ahead.check()
         parts = [self._renamed.pop(ticket, ticket) for ticket in tickets]
         step = step if step is None or step.ticket in self._announced else None  # (not recalled)

@@ -37,7 +37,7 @@ from typing import Any
 
 from pgpong.placement import request_size
 from pgpong.policy import Params
-from pgpong.pool.ahead import STEPPED_AHEAD, Mirror, StepOrder, Stepped
+from pgpong.pool.ahead import STEPPED_AHEAD
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
 from pgpong.pool.worker import PublishedWeights, StoredWeights, WeightsToCome, publish
@@ -96,7 +96,6 @@ class WorkQueue:
         self.lost: set[int] = set()  # nodes given back: a request of theirs still here gets nothing
         self.calls = Counter[str]()  # the nodes' requests and reports (bench counts them per update)
         self.stopped = False
-        self.mirror = Mirror()  # the trainer's weights and cache, to step ahead of it
         # One lock for all of it: the actor answers calls on several threads, so that a
         # request may wait (for matches to be added or given back, or the queue to stop)
         # while the others go on. (A threaded actor: an asyncio one cost about 30% more
@@ -108,7 +107,7 @@ class WorkQueue:
     ) -> None:
         """A batch to play: every match to be handed out, after the earlier batches',
         each to be played with `weights` (RolloutWorker.`method`(weights, episode,
-        *args)), or, if None, with those published later (publish, step_ahead: the batch is
+        *args)), or, if None, with those published later (publish, publish_stepped: the batch is
         announced: its matches are handed out at once, and the workers given them wait
         for the weights in their calls). The driver sends the weights by reference
         (StoredWeights), and the queue puts a copy in the object store itself, so
@@ -145,14 +144,10 @@ class WorkQueue:
         it had weights already, and keeps them; None: it is not in the queue)."""
         return self._publish(batch, _copied(weights))  # (the copy made while the nodes' calls go on)
 
-    def step_ahead(self, reducer: Any, parts: list[int], order: StepOrder, batch: int) -> Stepped:
-        """The total of the batch played as `parts` (the reducer's, waited for here),
-        and the trainer's next step taken on it here (ahead.py): the announced batch
-        `batch` gets the weights it makes at once, if it still waits for them."""
-        import ray
-
-        total = ray.get(reducer.result.remote(parts))
-        return self.mirror.answer(total, order, batch, lambda made: self._publish(batch, made, ahead=True))
+    def publish_stepped(self, batch: int, published: PublishedWeights) -> bool | None:
+        """The weights the reducer's step made for an announced batch (ahead.py), in the
+        store by the reducer, which owns them: published as they are, and counted."""
+        return self._publish(batch, published, ahead=True)
 
     @_locked
     def _publish(self, batch: int, published: PublishedWeights, ahead: bool = False) -> bool | None:
@@ -286,7 +281,7 @@ class WorkQueue:
     @_locked
     def call_counts(self) -> dict[str, int]:
         """So far: the nodes' requests ("take") and reports ("report"), the batches added
-        with another's weights ("reused weights") or the queue's step's ("stepped ahead")."""
+        with another's weights ("reused weights") or the reducer's step's ("stepped ahead")."""
         return dict(self.calls)
 
     @_locked

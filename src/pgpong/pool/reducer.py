@@ -2,7 +2,9 @@
 own, that adds the nodes' exact sums of each batch in play as they come and gives a
 batch's total once every match of it is in. The driver receives that one array,
 whatever the batch and the nodes, with what the nodes said of their share: their
-workers' idle time at the batch's end, and their leaders' phases."""
+workers' idle time at the batch's end, and their leaders' phases. When the trainer
+says its next step, the reducer takes it on the total and gives the weights it makes
+to the queue for the next batch (ahead.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import functools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
-from pgpong.policy import EpisodeGradient
+from pgpong.policy import EpisodeGradient, Params, RMSProp
 from pgpong.pool.sums import ExactSum, IntegerGradient, added
+from pgpong.pool.worker import StoredWeights, publish
 
 
 @dataclass
@@ -55,6 +59,61 @@ class Summing:
         return self.total.rounded()
 
 
+@dataclass(frozen=True)
+class StepOrder:
+    """A StepPlan (pool/base.py) as the reducer gets it: the weights and cache only when
+    its copy is not of the plan's state."""
+
+    state: tuple[str, int]
+    inputs: int
+    learning_rate: float
+    decay_rate: float
+    max_update_norm: float | None
+    weights: StoredWeights | None  # with the cache: the state to start from (None: the reducer's copy is it)
+    cache: StoredWeights | None
+
+
+@dataclass
+class Stepped:
+    """The reducer's answer with a step: the batch's total, the state its copy holds
+    now (None: unknown, to be sent again), and the new weights' squared norms if the
+    queue published them for `batch`."""
+
+    batch: int
+    total: Total
+    state: tuple[str, int] | None
+    squares: tuple[float, float] | None
+
+
+class Mirror:
+    """The reducer's copy of a trainer's weights and RMSProp cache."""
+
+    def __init__(self) -> None:
+        self.state: tuple[str, int] | None = None
+        self.weights: Params | None = None
+        self.cache: Params | None = None
+
+    def step(
+        self, total: EpisodeGradient, order: StepOrder, start: list[Params] | None
+    ) -> tuple[Params, tuple[float, float]] | None:
+        """The step `order` says, taken on a batch's `total` (from `start`, the order's
+        weights and cache, if it brought them): the new weights and their squared norms,
+        if it could be taken and they, the gradient and the cache are finite (else the
+        trainer's own step raises)."""
+        if start is not None:
+            self.weights, self.cache = (Params.of(params.W1, params.W2) for params in start)  # (writable)
+            self.state = order.state
+        if self.state != order.state or self.weights is None or self.cache is None:  # (None: for mypy)
+            return None
+        self.state = None  # (until the step is good)
+        optimizer = RMSProp(order.learning_rate, order.decay_rate, self.cache, order.max_update_norm)
+        optimizer.step(self.weights, total.dense(order.inputs))  # (a gradient not finite makes the cache so)
+        if not (optimizer.weights_finite and optimizer.cache_finite):
+            return None
+        self.state = (order.state[0], order.state[1] + 1)
+        return self.weights, optimizer.weight_squares
+
+
 class Reducer:
     """On the driver's node, with no CPU of its own: adds the nodes' sums of each batch
     in play as they come, and gives a batch's total once every match is in it, in
@@ -64,7 +123,9 @@ class Reducer:
     def __init__(self) -> None:
         self.batches: dict[int, Summing] = {}
         self.ahead = Counter[int]()  # node -> its sums added so far that were sent ahead of its last of a batch
+        self.mirror = Mirror()  # the trainer's weights and cache, to step ahead of it
         self._news = asyncio.Condition()
+        self._stepping = asyncio.Lock()  # (one step at a time)
 
     async def open(self, batch: int, matches: int) -> None:
         self.batches[batch] = Summing(matches)
@@ -136,6 +197,27 @@ class Reducer:
         idle = sum(share.idle_s + share.workers * (now - came) for came, share in last)
         workers = sum(share.workers for _, share in last)
         return Total(grad, idle, workers, dict(seconds))
+
+    async def step_ahead(self, queue: Any, parts: list[int], order: StepOrder, batch: int) -> Stepped:
+        """The total of the batch played as `parts` (result()), and the trainer's next
+        step taken on it here: the weights it makes go to the queue at once, for the
+        announced `batch` (if it still waits for them). Here, not in the queue: the
+        total does not travel first, and the queue's calls go on meanwhile."""
+        total = await self.result(parts)
+        async with self._stepping:
+            try:
+                start = (
+                    None
+                    if order.weights is None or order.cache is None
+                    else [await order.weights.ref, await order.cache.ref]
+                )
+                made = self.mirror.step(total.grad, order, start)
+                if made is not None and await queue.publish_stepped.remote(batch, publish(made[0])[0]):
+                    return Stepped(batch, total, self.mirror.state, made[1])
+                return Stepped(batch, total, self.mirror.state, None)
+            except Exception:  # (the store full, say): the trainer's publish brings the weights
+                self.mirror.state = None
+                return Stepped(batch, total, None, None)
 
     async def forget(self, batch: int) -> None:
         """The batch is cancelled: a result() waiting for it raises."""
