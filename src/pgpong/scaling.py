@@ -76,7 +76,7 @@ class Constants:
     driver_ms_per_second: float  # ... plus this per second of the update (1x64: the same matches, 4 times as long)
     driver_ms_per_match: float  # ... plus this per match (its stats, in order: 1x64, batch 3,000 of 100 steps)
     driver_ms_per_node: float  # ... plus this per node (11x18 against 1x198, batch 300: none left to see)
-    queue_fixed_ms: float  # the queue actor's CPU per update (publishing the weights) ...
+    queue_fixed_ms: float  # the queue actor's CPU per update (publishing the weights the reducer made) ...
     queue_ms_per_call: float  # ... plus this per call: the nodes' requests and reports, the driver's reads
     sum_bytes: float  # the batch's sum, float32 on the pixels it touched, into the driver
     ray_s_per_match: float = 0.0035  # a worker's pause between two matches (pgpong bench: 3.2-3.6 ms)
@@ -85,8 +85,8 @@ class Constants:
 
 
 PHASES = {
-    "early": Constants(EARLY, 2_600, 0.030, 0.002, 7, 2.5, 0.005, 0.0, 22, 1.0, 2.34 * 2**20),
-    "late": Constants(LATE, 2_600, 0.040, 0.003, 9, 2.5, 0.005, 0.0, 22, 1.0, 4.25 * 2**20),
+    "early": Constants(EARLY, 2_600, 0.015, 0.002, 7, 2.5, 0.005, 0.0, 1, 1.0, 2.34 * 2**20),
+    "late": Constants(LATE, 2_600, 0.025, 0.003, 9, 2.5, 0.005, 0.0, 1, 1.0, 4.25 * 2**20),
 }
 
 
