@@ -297,11 +297,11 @@ def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch
     assert not later.is_alive() and results["next"].stats.episode.batch == 2
 
 
-def test_with_the_queue_s_step_ahead_bench_counts_its_reading_in_the_update():
-    """When a cluster's queue has published the next batch's weights itself (its count
-    of steps taken ahead grew), that batch plays while bench reads just before the
-    trainer's publish: the reading (0.04 s) held nothing back, so the update runs from
-    one reading's start to the next's, 0.10 s here, not 0.06 (pool/ahead.py)."""
+def test_with_the_step_taken_ahead_bench_counts_its_reading_in_the_update():
+    """When a cluster's queue has published the next batch's weights from the reducer's
+    step (its count of steps taken ahead grew), that batch plays while bench reads just
+    before the trainer's publish: the reading (0.04 s) held nothing back, so the update
+    runs from one reading's start to the next's, 0.10 s here, not 0.06 (pool/ahead.py)."""
     pool: Any = PublishingPool()
     walls = iter(range(1, 10))
 

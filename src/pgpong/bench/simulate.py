@@ -100,7 +100,7 @@ class SimulatedWorkers:
             future, first = self._read.get(ref), ref not in self._read
             if first:
                 future = self._read[ref] = Future()
-                while len(self._read) > 4 * WeightsCache.KEPT:  # the oldest, long read
+                while len(self._read) > 2 * WeightsCache.KEPT:  # the oldest (an answer and weights a batch)
                     del self._read[next(iter(self._read))]
         assert future is not None  # (for mypy)
         if first:

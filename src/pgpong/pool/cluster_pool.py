@@ -104,7 +104,7 @@ class ClusterPool:
         ]
         self._here = ray.get_runtime_context().get_node_id()  # the driver's node, the queue's and the reducer's
         here = NodeAffinitySchedulingStrategy(self._here, soft=False)
-        threads = 2 * len(leaders) + 8  # a request and a wait for weights per leader; the driver's (one waits a batch)
+        threads = 2 * len(leaders) + 8  # a request and a wait for weights per leader; the driver's and the reducer's
         queue = ray.remote(num_cpus=0)(WorkQueue).options(scheduling_strategy=here, max_concurrency=threads)
         self._queue: Any = queue.remote(num_workers)
         self._reducer: Any = ray.remote(num_cpus=0)(Reducer).options(scheduling_strategy=here).remote()

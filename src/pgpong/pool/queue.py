@@ -6,10 +6,10 @@ times a batch.
 WorkQueue is a small threaded Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
 with, which the queue publishes, so that it owns them, not the driver); two batches
-are in it: this one and the next, announced without weights (the queue makes them
-from this batch's total, taking the trainer's step ahead of it: ahead.py; the
-leaders' workers wait for them in their calls, so no Ray call per match as the batch
-starts), or with --lag 1 added with its weights, to start
+are in it: this one and the next, announced without weights (the reducer makes them
+from this batch's total, taking the trainer's step ahead of it, and the queue
+publishes them: ahead.py; the leaders' workers wait for them in their calls, so no
+Ray call per match as the batch starts), or with --lag 1 added with its weights, to start
 while the last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
@@ -162,7 +162,7 @@ class WorkQueue:
     @_locked
     def weights_for(self, batch: int) -> PublishedWeights | None:
         """An announced batch's weights, once published: a leader's workers wait for
-        this answer (WeightsToCome), and read the queue's copy, on every node. (A copy
+        this answer (WeightsToCome), and read the published copy, on every node. (A copy
         of its own for each leader of another node, as node_copy makes, was slower
         here: at 11x18, 1.9-2.0 s per update against 1.2.) None if the batch is
         dropped or the queue stops first."""

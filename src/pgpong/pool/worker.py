@@ -54,7 +54,7 @@ def load_hook() -> Hook | None:
 class StoredWeights:
     """A batch's weights as the driver sends them to a cluster's queue: put in the
     store by the driver, by reference, for the queue to publish a copy of its own (it
-    owns the batch's weights: pool/queue.py). Cheaper and sooner than the 5 MB as a
+    owns the driver's weights: pool/queue.py; the reducer, its step's). Cheaper and sooner than the 5 MB as a
     call's argument, which Ray serializes into the call and the queue then copies:
     13 ms a call against 18 on this machine, idle (docs/SCALING.md)."""
 
