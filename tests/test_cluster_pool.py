@@ -221,6 +221,41 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
         local.close()
 
 
+def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
+    """A step that is not finite (here the plan's learning rate is NaN) is not
+    published: the announced batch waits for the trainer's own weights, plays them,
+    and the queue counts no step but the trainer's. The reducer's copy is then unknown,
+    so the next plan brings the weights and cache again, and its step is taken."""
+    from pgpong.policy import Params, RMSProp
+    from pgpong.pool import StepPlan
+    from pgpong.pool.local import LocalPool
+
+    weights, cache = Params.initial(16, 6), Params.initial(16, 7)
+    cache = Params.of(cache.W1**2, cache.W2**2)
+    episodes = [[EpisodeId(6, batch, k) for k in range(4)] for batch in range(3)]
+    pool, local = ClusterPool(WORKERS, 3), LocalPool(WORKERS)
+    try:
+        with hang_guard(120):
+            first = pool.submit(weights, episodes[0])
+            second = pool.announce(episodes[1])
+            pool.collect([first], step=StepPlan(second, "a test", 0, float("nan"), 0.9, None, weights, cache))
+            mine = Params.of(weights.W1 * 0.5, weights.W2)  # the trainer's, whatever its own step made
+            pool.publish(second, mine)
+            assert pool.queue_calls().get("stepped ahead", 0) == 0
+            third = pool.announce(episodes[2])
+            played = pool.collect([second], step=StepPlan(third, "a test", 1, 0.01, 0.9, None, mine, cache))
+            np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+            stepped, my_cache = Params.of(mine.W1, mine.W2), Params.of(cache.W1, cache.W2)
+            RMSProp(0.01, 0.9, my_cache).step(stepped, played.grad)
+            pool.publish(third, stepped)  # checked against the reducer's
+            assert pool.queue_calls()["stepped ahead"] == 1
+            played = pool.collect([third])
+            np.testing.assert_array_equal(played.grad.W1, local.play_batch(stepped, episodes[2]).grad.W1)
+    finally:
+        pool.close()
+        local.close()
+
+
 class BrokenPipePool(ClusterPool):
     """One leader's run fails as a leader's does when its node's raylet goes (an OSError
     out of Ray's I/O, "Broken pipe") as batch 2 is added, before it takes any match of it."""
