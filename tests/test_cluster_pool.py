@@ -4,6 +4,7 @@ machine). Weights are the same to the bit with no Ray, with two workers on one n
 and with a worker on each of three nodes; and when a node is lost in the middle of a
 batch."""
 
+import contextlib
 import logging
 import time
 
@@ -182,6 +183,25 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
 
 
 @pytest.mark.slow
+@contextlib.contextmanager
+def _stepping(seed: int):
+    """For the step-ahead tests: weights and an RMSProp cache (seeds `seed` and `seed` + 1),
+    three batches of four matches, a cluster pool and a local one to play them apart."""
+    from pgpong.policy import Params
+    from pgpong.pool.local import LocalPool
+
+    weights, cache = Params.initial(16, seed), Params.initial(16, seed + 1)
+    cache = Params.of(cache.W1**2, cache.W2**2)
+    episodes = [[EpisodeId(seed, batch, k) for k in range(4)] for batch in range(3)]
+    pool, local = ClusterPool(WORKERS, 3), LocalPool(WORKERS)
+    try:
+        with hang_guard(120):
+            yield weights, cache, episodes, pool, local
+    finally:
+        pool.close()
+        local.close()
+
+
 def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
     """Collected with the trainer's next step, a batch's total gets that step in the
     reducer, and the announced batch plays the weights it makes as soon as the total
@@ -190,35 +210,26 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
     publishes its own, and the pool refuses to go on."""
     from pgpong.policy import Params, RMSProp
     from pgpong.pool import StepPlan
-    from pgpong.pool.local import LocalPool
 
-    weights, cache = Params.initial(16, 4), Params.initial(16, 5)
-    cache = Params.of(cache.W1**2, cache.W2**2)
-    episodes = [[EpisodeId(4, batch, k) for k in range(4)] for batch in range(3)]
-    pool, local = ClusterPool(WORKERS, 3), LocalPool(WORKERS)
-    try:
-        with hang_guard(120):
-            first = pool.submit(weights, episodes[0])
-            second = pool.announce(episodes[1])
-            played = pool.collect([first], step=StepPlan(second, "a test", 7, 0.01, 0.9, None, weights, cache))
-            np.testing.assert_array_equal(played.grad.W1, local.play_batch(weights, episodes[0]).grad.W1)
-            mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
-            RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
-            assert not np.array_equal(mine.W1, weights.W1)
-            pool.publish(second, mine)  # the reducer's are these: only checked
-            assert pool.queue_calls()["stepped ahead"] == 1
-            third = pool.announce(episodes[2])
-            wrong = StepPlan(third, "a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
-            played = pool.collect([second], step=wrong)
-            np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
-            RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
-            with pytest.raises(PoolError, match="not the trainer's"):
-                pool.publish(third, mine)
-            with pytest.raises(PoolError, match="not the trainer's"):  # (nor does a batch play after that)
-                pool.collect([third])
-    finally:
-        pool.close()
-        local.close()
+    with _stepping(4) as (weights, cache, episodes, pool, local):
+        first = pool.submit(weights, episodes[0])
+        second = pool.announce(episodes[1])
+        played = pool.collect([first], step=StepPlan(second, "a test", 7, 0.01, 0.9, None, weights, cache))
+        np.testing.assert_array_equal(played.grad.W1, local.play_batch(weights, episodes[0]).grad.W1)
+        mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+        RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
+        assert not np.array_equal(mine.W1, weights.W1)
+        pool.publish(second, mine)  # the reducer's are these: only checked
+        assert pool.queue_calls()["stepped ahead"] == 1
+        third = pool.announce(episodes[2])
+        wrong = StepPlan(third, "a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
+        played = pool.collect([second], step=wrong)
+        np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+        RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
+        with pytest.raises(PoolError, match="not the trainer's"):
+            pool.publish(third, mine)
+        with pytest.raises(PoolError, match="not the trainer's"):  # (nor does a batch play after that)
+            pool.collect([third])
 
 
 def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
@@ -228,32 +239,23 @@ def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
     so the next plan brings the weights and cache again, and its step is taken."""
     from pgpong.policy import Params, RMSProp
     from pgpong.pool import StepPlan
-    from pgpong.pool.local import LocalPool
 
-    weights, cache = Params.initial(16, 6), Params.initial(16, 7)
-    cache = Params.of(cache.W1**2, cache.W2**2)
-    episodes = [[EpisodeId(6, batch, k) for k in range(4)] for batch in range(3)]
-    pool, local = ClusterPool(WORKERS, 3), LocalPool(WORKERS)
-    try:
-        with hang_guard(120):
-            first = pool.submit(weights, episodes[0])
-            second = pool.announce(episodes[1])
-            pool.collect([first], step=StepPlan(second, "a test", 0, float("nan"), 0.9, None, weights, cache))
-            mine = Params.of(weights.W1 * 0.5, weights.W2)  # the trainer's, whatever its own step made
-            pool.publish(second, mine)
-            assert pool.queue_calls().get("stepped ahead", 0) == 0
-            third = pool.announce(episodes[2])
-            played = pool.collect([second], step=StepPlan(third, "a test", 1, 0.01, 0.9, None, mine, cache))
-            np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
-            stepped, my_cache = Params.of(mine.W1, mine.W2), Params.of(cache.W1, cache.W2)
-            RMSProp(0.01, 0.9, my_cache).step(stepped, played.grad)
-            pool.publish(third, stepped)  # checked against the reducer's
-            assert pool.queue_calls()["stepped ahead"] == 1
-            played = pool.collect([third])
-            np.testing.assert_array_equal(played.grad.W1, local.play_batch(stepped, episodes[2]).grad.W1)
-    finally:
-        pool.close()
-        local.close()
+    with _stepping(6) as (weights, cache, episodes, pool, local):
+        first = pool.submit(weights, episodes[0])
+        second = pool.announce(episodes[1])
+        pool.collect([first], step=StepPlan(second, "a test", 0, float("nan"), 0.9, None, weights, cache))
+        mine = Params.of(weights.W1 * 0.5, weights.W2)  # the trainer's, whatever its own step made
+        pool.publish(second, mine)
+        assert pool.queue_calls().get("stepped ahead", 0) == 0
+        third = pool.announce(episodes[2])
+        played = pool.collect([second], step=StepPlan(third, "a test", 1, 0.01, 0.9, None, mine, cache))
+        np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+        stepped, my_cache = Params.of(mine.W1, mine.W2), Params.of(cache.W1, cache.W2)
+        RMSProp(0.01, 0.9, my_cache).step(stepped, played.grad)
+        pool.publish(third, stepped)  # checked against the reducer's
+        assert pool.queue_calls()["stepped ahead"] == 1
+        played = pool.collect([third])
+        np.testing.assert_array_equal(played.grad.W1, local.play_batch(stepped, episodes[2]).grad.W1)
 
 
 class BrokenPipePool(ClusterPool):
