@@ -12,6 +12,12 @@ from pgpong.pool.base import OneBatchAtATime
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+if os.environ["RAY_AUTH_MODE"] == "token":
+    # The tests' multi-node clusters (ray.cluster_utils) need a token on a machine
+    # that has none yet: ray.init would make it, Cluster does not.
+    from pgpong.cluster import ensure_local_token
+
+    ensure_local_token()
 
 PGPONG = [sys.executable, "-m", "pgpong"]
 # Ray's health checks for tests that remove a node: a lost node shows dead in about

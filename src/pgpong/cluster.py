@@ -172,6 +172,16 @@ def set_auth_mode(mode: str) -> None:
     Config.initialize("")
 
 
+def ensure_local_token() -> None:
+    """The token a new local cluster in token mode needs. ray.init makes one
+    (~/.ray/auth_token) when none is found; ray.cluster_utils' Cluster, which bench's
+    simulation and the tests' multi-node clusters use, does not, and without one its
+    GCS stops at start. Ray's own function, the one ray.init calls."""
+    from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
+
+    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
+
+
 def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
     """Join the cluster at `address`, or start a local Ray instance when it is None.
     A process already connected to Ray (a test's shared instance) stays as it is.

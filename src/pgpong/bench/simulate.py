@@ -40,7 +40,7 @@ from pgpong.bench.updates import (
     waiting_lines,
     warm_up_batches,
 )
-from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, new_raylets, set_auth_mode
+from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, ensure_local_token, new_raylets, set_auth_mode
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -178,6 +178,7 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     set_auth_mode("token")  # a new local cluster, as Ray's own default since 2.59, chosen explicitly
+    ensure_local_token()
     store = object_store_mb * 2**20
     head = {"num_cpus": shape.cpus, "include_dashboard": False, "object_store_memory": head_store_mb * 2**20}
     cluster = Cluster(initialize_head=True, head_node_args={**head, "_system_config": LOCAL_SYSTEM_CONFIG})
