@@ -40,7 +40,14 @@ from pgpong.bench.updates import (
     waiting_lines,
     warm_up_batches,
 )
-from pgpong.cluster import LOCAL_SYSTEM_CONFIG, ending_leftovers, ensure_local_token, new_raylets, set_auth_mode
+from pgpong.cluster import (
+    LOCAL_SYSTEM_CONFIG,
+    ClusterError,
+    ending_leftovers,
+    ensure_local_token,
+    new_raylets,
+    set_auth_mode,
+)
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -181,10 +188,13 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
     ensure_local_token()
     store = object_store_mb * 2**20
     head = {"num_cpus": shape.cpus, "include_dashboard": False, "object_store_memory": head_store_mb * 2**20}
-    cluster = Cluster(initialize_head=True, head_node_args={**head, "_system_config": LOCAL_SYSTEM_CONFIG})
-    for _ in range(shape.nodes - 1):
-        cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
-    cluster.wait_for_nodes()
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={**head, "_system_config": LOCAL_SYSTEM_CONFIG})
+        for _ in range(shape.nodes - 1):
+            cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
+        cluster.wait_for_nodes()
+    except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
+        raise ClusterError(f"could not start a local Ray cluster of {shape.nodes} raylet(s): {str(exc).splitlines()[0]}") from None
     ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)  # workers' lines: Ray's logs
     return cluster
 
