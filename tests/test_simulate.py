@@ -242,6 +242,28 @@ def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+class Gate:
+    """An actor whose wait(value) answers once open() was called: weights still to come."""
+
+    def __init__(self):
+        import asyncio
+
+        self.event = asyncio.Event()
+
+    async def wait(self, value):
+        await self.event.wait()
+        return value
+
+    async def open(self):
+        self.event.set()
+
+
+def gate_actor() -> Any:
+    import ray
+
+    return ray.remote(Gate).remote()
+
+
 def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(ray_instance, monkeypatch):
     """A simulating process takes a slot's calls in any order (on its threads): the
     call of an announced batch's match, which waits for weights that wait for this
@@ -259,25 +281,11 @@ def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch
     from pgpong.pool.worker import WeightsToCome, publish
     from pgpong.rollout import EpisodeResult
 
-    @ray.remote
-    class Gate:
-        def __init__(self):
-            import asyncio
-
-            self.event = asyncio.Event()
-
-        async def wait(self, value):
-            await self.event.wait()
-            return value
-
-        async def open(self):
-            self.event.set()
-
     monkeypatch.setattr(simulate, "kept_for_life", lambda: None)  # (not in the test's process)
     grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
     banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=20, seconds=0.01).stats(), grad)
     process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=0.001)
-    weights, gate = Params.initial(4, 0), Gate.remote()  # type: ignore[attr-defined]
+    weights, gate = Params.initial(4, 0), gate_actor()
     results: dict[str, Any] = {}
 
     def play(name, with_weights, batch):
@@ -320,3 +328,51 @@ def test_with_the_step_taken_ahead_bench_counts_its_reading_in_the_update():
     assert all(0.097 <= row["seconds"] < 0.5 for row in measured["updates"]), measured["updates"]
     assert [row["queue_stepped_ahead_calls"] for row in measured["updates"]] == [1, 1, 1]
     assert all(row["driver_cpu_ms"] < 30 for row in measured["updates"])
+
+
+def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray_instance, monkeypatch):
+    """The slots of a simulating process that wait for an announced batch's weights
+    stand for workers in processes of their own: each starts its match when the
+    weights were read, however late its thread then gets a CPU; a call that comes
+    after the read starts when it comes, not before."""
+    import threading
+
+    import numpy as np
+    import ray
+
+    import pgpong.bench.simulate as simulate
+    from pgpong.policy import EpisodeGradient, Params
+    from pgpong.pool import WorkerSettings
+    from pgpong.pool.sums import Played
+    from pgpong.pool.worker import WeightsToCome, publish
+    from pgpong.rollout import EpisodeResult
+
+    late, match = 0.3, 0.5  # seconds: a waiting slot's thread gets going that late after the read; a match
+
+    class LateFuture(simulate.Future):
+        def result(self, timeout=None):
+            waited = not self.done()
+            value = super().result(timeout)
+            time.sleep(late if waited else 0.0)
+            return value
+
+    monkeypatch.setattr(simulate, "kept_for_life", lambda: None)  # (not in the test's process)
+    monkeypatch.setattr(simulate, "Future", LateFuture)
+    grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
+    banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=500, seconds=match).stats(), grad)
+    process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=match / 500)
+    slept: dict[int, float] = {}
+    process._sleep = lambda seconds: slept.setdefault(len(slept), seconds)
+    gate = gate_actor()
+    come = WeightsToCome(gate.wait.remote(publish(Params.initial(4, 0))[0]))
+    slots = [threading.Thread(target=process.play, args=(come, [0, 1, slot], slot)) for slot in range(2)]
+    for thread in slots:
+        thread.start()
+    time.sleep(0.2)  # both wait for the weights; one will read them, the other wait for that read
+    ray.get(gate.open.remote())
+    for thread in slots:
+        thread.join(10)
+    process.play(come, [0, 1, 2], 2)  # after the read, and at once
+    assert len(slept) == 3
+    assert min(slept[0], slept[1]) < match - late + 0.05  # its clock ran from the weights' read
+    assert slept[2] > match - late  # from its own call, not from the read before it came

@@ -70,16 +70,19 @@ class SimulatedWorkers:
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
         self._read: dict[Any, Future] = {}  # what was read once for all the slots, by its reference
+        self._ended: dict[int, float] = {}  # slot -> when its last match ended
+        self._sleep = time.sleep  # (a test's to replace)
         self._guard = threading.Lock()
         kept_for_life()  # as a leader does (a rollout worker does not: its Pong would never be freed)
 
     def play(
         self, weights: Params | PublishedWeights | WeightsToCome, episode: EpisodeId | list[int], slot: int = 0
     ) -> Played | Skipped:
-        episode = EpisodeId(*episode)
+        arrived, episode = time.perf_counter(), EpisodeId(*episode)
+        ready = None  # when the weights this match waited for were read, for all the slots at once
         if isinstance(weights, WeightsToCome):  # waited for before the slot's lock: the slot's calls may
             come = weights  # start in any order, and the match before this one, of the batch before,
-            resolved = self._once(come.ref, lambda: self._weights.resolve(come))  # must not wait behind it
+            resolved, ready = self._once(come.ref, lambda: self._weights.resolve(come))  # must not wait behind it
             if resolved is None:
                 return Skipped()
             weights = resolved
@@ -89,20 +92,27 @@ class SimulatedWorkers:
             began = time.perf_counter()
             if isinstance(weights, PublishedWeights):  # fetched once a batch, as a real worker does
                 published = weights
-                self._once(published.ref, lambda: self._weights(published))
+                _, read = self._once(published.ref, lambda: self._weights(published))
+                ready = read if ready is not None else None
+            if ready is not None:  # the worker this slot stands for starts then, in a process of its own
+                began = max(ready, arrived, self._ended.get(slot, 0.0))
             match = self.bank[bank_index(episode, len(self.bank))]
             duration = match.stats.steps * self.seconds_per_step
-            time.sleep(max(0.0, duration - (time.perf_counter() - began)))
+            self._sleep(max(0.0, duration - (time.perf_counter() - began)))
+            self._ended[slot] = time.perf_counter()
             stats = dataclasses.replace(match.stats, episode=episode, seconds=duration, timings={})
             return Played(stats, match.grad)
 
-    def _once(self, ref: Any, read: Callable[[], Any]) -> Any:
-        """What `read()` gives for `ref`, read by the first slot to ask; the others wait
-        for it and then go on together. Each of the workers the slots stand for would
-        read it in its own process at the same time. Read by every slot in turn, in one
-        process, the last match of a wave started tens of milliseconds after the first
-        on this machine; handed from slot to slot through a lock, 6-10 ms after it (a
-        wake-up on a busy CPU each; 6-8 ms now), which no real node has."""
+    def _once(self, ref: Any, read: Callable[[], Any]) -> tuple[Any, float]:
+        """What `read()` gives for `ref`, read by the first slot to ask, and when that
+        read ended; the others wait for it and then go on together. Each of the workers
+        the slots stand for would read it in its own process at the same time, and
+        start its match when it has it: so a slot that waited for the read starts its
+        match's clock when the read ended, not when its thread gets a CPU. Read by
+        every slot in turn, in one process, the last match of a wave started tens of
+        milliseconds after the first on this machine; handed from slot to slot through
+        a lock, 6-10 ms after it; woken together, 6-8 ms after it (a wake-up on a busy
+        CPU each), which no real node has."""
         with self._guard:
             future, first = self._read.get(ref), ref not in self._read
             if first:
@@ -112,7 +122,8 @@ class SimulatedWorkers:
         assert future is not None  # (for mypy)
         if first:
             try:
-                future.set_result(read())
+                value = read()
+                future.set_result((value, time.perf_counter()))
             except BaseException as exc:  # (the slots waiting now get it; a later one reads again)
                 with self._guard:
                     self._read.pop(ref, None)
@@ -194,7 +205,9 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
             cluster.add_node(num_cpus=shape.cpus, object_store_memory=store)
         cluster.wait_for_nodes()
     except Exception as exc:  # Ray raises many kinds; all mean the same to the user here
-        raise ClusterError(f"could not start a local Ray cluster of {shape.nodes} raylet(s): {str(exc).splitlines()[0]}") from None
+        raise ClusterError(
+            f"could not start a local Ray cluster of {shape.nodes} raylet(s): {str(exc).splitlines()[0]}"
+        ) from None
     ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)  # workers' lines: Ray's logs
     return cluster
 
