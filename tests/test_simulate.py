@@ -362,7 +362,11 @@ def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray
     banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=500, seconds=match).stats(), grad)
     process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=match / 500)
     slept: dict[int, float] = {}
-    process._sleep = lambda seconds: slept.setdefault(len(slept), seconds)
+
+    def sleep(seconds: Any) -> None:
+        slept[len(slept)] = float(seconds)
+
+    process._sleep = sleep
     gate = gate_actor()
     come = WeightsToCome(gate.wait.remote(publish(Params.initial(4, 0))[0]))
     slots = [threading.Thread(target=process.play, args=(come, [0, 1, slot], slot)) for slot in range(2)]

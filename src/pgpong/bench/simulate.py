@@ -82,18 +82,17 @@ class SimulatedWorkers:
         ready = None  # when the weights this match waited for were read, for all the slots at once
         if isinstance(weights, WeightsToCome):  # waited for before the slot's lock: the slot's calls may
             come = weights  # start in any order, and the match before this one, of the batch before,
-            resolved, ready = self._once(come.ref, lambda: self._weights.resolve(come))  # must not wait behind it
-            if resolved is None:
+            fetched, ready = self._once(come.ref, lambda: self._weights(come))  # must not wait behind it
+            if fetched is None:
                 return Skipped()
-            weights = resolved
+            weights = fetched
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
         with lock:  # a worker plays its matches one after another
             began = time.perf_counter()
             if isinstance(weights, PublishedWeights):  # fetched once a batch, as a real worker does
                 published = weights
-                _, read = self._once(published.ref, lambda: self._weights(published))
-                ready = read if ready is not None else None
+                self._once(published.ref, lambda: self._weights(published))
             if ready is not None:  # the worker this slot stands for starts then, in a process of its own
                 began = max(ready, arrived, self._ended.get(slot, 0.0))
             match = self.bank[bank_index(episode, len(self.bank))]
@@ -112,7 +111,9 @@ class SimulatedWorkers:
         every slot in turn, in one process, the last match of a wave started tens of
         milliseconds after the first on this machine; handed from slot to slot through
         a lock, 6-10 ms after it; woken together, 6-8 ms after it (a wake-up on a busy
-        CPU each), which no real node has."""
+        CPU each), which no real node has. (An announced batch's answer and the
+        weights it names are one read: between two, the slots woken by the first held
+        the second's reader back from the GIL, 5-6 ms.)"""
         with self._guard:
             future, first = self._read.get(ref), ref not in self._read
             if first:

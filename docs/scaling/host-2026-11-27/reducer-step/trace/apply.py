@@ -1,6 +1,6 @@
 """Marks for the trace of an update's end (docs/SCALING.md, "The step taken in the
 reducer"): `python apply.py COPY` edits a copy of the repository (COPY/src/pgpong, at
-5d63929 or d87b33d; never the repository itself) to mark, in every process, a
+5d63929, d87b33d or later; never the repository itself) to mark, in every process, a
 simulated match's start and end, a leader's receipt of each result, report and
 hand-over, the reducer's adds and total, the step, the queue's publish and the
 driver's receipt of the total. Run bench with PYTHONPATH=COPY/src, then
@@ -15,8 +15,12 @@ shutil.copy(Path(__file__).with_name("mark.py"), root + "_trace.py")
 
 def edit(p, old, new):
     p = root + p; s = open(p).read(); assert old in s, (p, old); open(p, 'w').write(s.replace(old, new, 1))
-edit('bench/simulate.py', "            time.sleep(max(0.0, duration - (time.perf_counter() - began)))\n",
- "            from pgpong._trace import mark; mark('start', episode.batch, episode.episode)\n            time.sleep(max(0.0, duration - (time.perf_counter() - began)))\n            mark('end', episode.batch, episode.episode)\n")
+try:  # (code before 82791f7: a match's clock starts when its slot's thread runs)
+    edit('bench/simulate.py', "            time.sleep(max(0.0, duration - (time.perf_counter() - began)))\n",
+     "            from pgpong._trace import mark; mark('start', episode.batch, episode.episode)\n            time.sleep(max(0.0, duration - (time.perf_counter() - began)))\n            mark('end', episode.batch, episode.episode)\n")
+except AssertionError:  # (since: at `began`, which may be before its thread runs)
+    edit('bench/simulate.py', "            self._sleep(max(0.0, duration - (time.perf_counter() - began)))\n",
+     "            from pgpong._trace import mark; mark('start', episode.batch, episode.episode, at=time.time() - (time.perf_counter() - began))\n            self._sleep(max(0.0, duration - (time.perf_counter() - began)))\n            mark('end', episode.batch, episode.episode)\n")
 edit('pool/ray_pool.py', "                result = self._result(ref, worker, hand)\n",
  "                result = self._result(ref, worker, hand)\n                from pgpong._trace import mark; isinstance(key, tuple) and mark('lead_got', key[0], key[1], *(list(episode)[1:3]))\n")
 edit('pool/leader.py', "                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it\n",
