@@ -23,8 +23,12 @@ except AssertionError:  # (since: at `began`, which may be before its thread run
      "            from pgpong._trace import mark; mark('start', episode.batch, episode.episode, at=time.time() - (time.perf_counter() - began))\n            self._sleep(max(0.0, duration - (time.perf_counter() - began)))\n            mark('end', episode.batch, episode.episode)\n")
 edit('pool/ray_pool.py', "                result = self._result(ref, worker, hand)\n",
  "                result = self._result(ref, worker, hand)\n                from pgpong._trace import mark; isinstance(key, tuple) and mark('lead_got', key[0], key[1], *(list(episode)[1:3]))\n")
-edit('pool/leader.py', "                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it\n",
- "                from pgpong._trace import mark; mark('lead_report', batch)\n                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it\n                mark('lead_reported', batch)\n")
+try:  # (code before the report went to the reducer with the sum)
+    edit('pool/leader.py', "                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it\n",
+     "                from pgpong._trace import mark; mark('lead_report', batch)\n                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it\n                mark('lead_reported', batch)\n")
+except AssertionError:  # (since: the leader does not wait for it)
+    edit('pool/leader.py', "                reported, finished, last = self._report(queue, node, finished), [], time.monotonic()\n                part",
+     "                from pgpong._trace import mark; mark('lead_report', batch)\n                reported, finished, last = self._report(queue, node, finished), [], time.monotonic()\n                mark('lead_reported', batch)\n                part")
 edit('pool/leader.py', "                    ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])\n",
  "                    ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])\n                    mark('lead_handed', batch)\n")
 edit('pool/reducer.py', "        summing = self.batches.get(batch)\n        if summing is None or node in summing.closed:\n",
