@@ -138,25 +138,3 @@ def hang_guard(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-
-
-class Gate:
-    """An actor whose wait(value) answers once open() was called: something still to come."""
-
-    def __init__(self):
-        import asyncio
-
-        self.event = asyncio.Event()
-
-    async def wait(self, value):
-        await self.event.wait()
-        return value
-
-    async def open(self):
-        self.event.set()
-
-
-def gate_actor():
-    import ray
-
-    return ray.remote(Gate).remote()

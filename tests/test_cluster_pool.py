@@ -7,12 +7,11 @@ batch."""
 import contextlib
 import logging
 import time
-from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import FAST_HEALTH_CHECKS, gate_actor, hang_guard, train_in_process
+from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
 from pgpong.cluster import nodes_with_cpus
 from pgpong.config import TrainConfig
 from pgpong.pool import PoolError, WorkerSettings
@@ -285,35 +284,6 @@ class BrokenPipePool(ClusterPool):
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_nodes_sum_is_added_once_the_queue_has_its_stats_and_the_leader_does_not_wait_for_them(cluster):
-    """A leader hands its sum over without waiting for its report of the matches' stats
-    to reach the queue: the reducer's call is given the report's, and Ray runs it only
-    once that is done, so the driver, which reads the reports once it has the total,
-    has them all."""
-    import ray
-
-    from pgpong.pool.base import BatchMeasures
-    from pgpong.pool.leader import NodeLeader
-    from pgpong.pool.reducer import NodeShare, Reducer
-    from pgpong.pool.sums import ExactSum
-    from test_sums import H, random_gradients
-
-    reducer: Any = ray.remote(Reducer).remote()
-    gate = gate_actor()
-    ray.get(reducer.open.remote(1, 1))
-    leader = object.__new__(NodeLeader)  # (its hand-over uses nothing of its own: no pool to start)
-    report = gate.wait.remote(None)  # the queue's answer to the report, still to come
-    grad = random_gradients(1, seed=5)[0]
-    added = leader._hand_over(reducer, 1, 0, grad, [0], BatchMeasures(), NodeShare(1, 0.0), report)
-    total = reducer.result.remote([1])
-    assert ray.wait([added, total], num_returns=1, timeout=2.0)[0] == []  # neither, while the report is out
-    ray.get(gate.open.remote())
-    assert ray.get(added, timeout=30)
-    alone = ExactSum(H)
-    alone.add(grad)
-    np.testing.assert_array_equal(ray.get(total, timeout=30).grad.dense().W1, alone.to_params().W1)
-
-
 def test_a_leader_failing_on_a_broken_pipe_is_lost_not_the_run(tmp_path, reference, cluster):
     """Such a leader is a lost node: its matches are played elsewhere, and the weights
     are those of --workers 0 (before, the run ended with "OSError: Broken pipe")."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import gate_actor, run_pgpong
+from conftest import run_pgpong
 from pgpong.bench.options import Shape
 from pgpong.bench.simulate import bank_index
 from pgpong.bench.updates import updates
@@ -240,6 +240,28 @@ def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
     proc = run_pgpong("bench", *args)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+class Gate:
+    """An actor whose wait(value) answers once open() was called: weights still to come."""
+
+    def __init__(self):
+        import asyncio
+
+        self.event = asyncio.Event()
+
+    async def wait(self, value):
+        await self.event.wait()
+        return value
+
+    async def open(self):
+        self.event.set()
+
+
+def gate_actor() -> Any:
+    import ray
+
+    return ray.remote(Gate).remote()
 
 
 def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(ray_instance, monkeypatch):

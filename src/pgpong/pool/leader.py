@@ -81,13 +81,11 @@ class NodeLeader:
                 result = result.stats
             finished.append((batch, position, result))
             if not left:  # its last match here: the batch's stats, then its sum, leave now
-                reported, finished, last = self._report(queue, node, finished), [], time.monotonic()
+                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it
                 part = alone.pop(batch, None) or sums.pop(batch, None)
-                if part is None:
-                    ray.get(reported)
-                else:  # added once the queue has the stats, before the sum completes the batch
+                if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
-                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share, reported)
+                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share)
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
@@ -97,18 +95,20 @@ class NodeLeader:
                 # node's sum (its transfer and its addition were most of an update's end).
                 # Their stats first: were the node lost, the matches in its sums would not
                 # be played again, and the driver must have heard of them.
-                reported, finished, last = self._report(queue, node, finished), [], time.monotonic()
-                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None, reported)
+                finished, last = self._report(queue, node, finished), time.monotonic()
+                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None)
             elif time.monotonic() - last > REPORT_SECONDS:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
-        ray.get(self._report(queue, node, finished))  # in the queue before the run is over
+        self._report(queue, node, finished)  # in the queue before the run is over
         return NodeDone(replaced=self.pool.replaced)
 
-    def _report(self, queue: Any, node: int, finished: Finished) -> Any:
-        """Tell the queue of the finished matches: the call, to wait on, or to give the
-        reducer with their sum (it adds the sum only once the queue has them)."""
-        return queue.report.remote(node, by_batch(finished), self.pool.replaced)
+    def _report(self, queue: Any, node: int, finished: Finished) -> Finished:
+        """Tell the queue of the finished matches, and wait until it has them; nothing is left to report."""
+        import ray
+
+        ray.get(queue.report.remote(node, by_batch(finished), self.pool.replaced))
+        return []
 
     def _hand_over(
         self,
@@ -119,16 +119,11 @@ class NodeLeader:
         summed: list[int],
         measures: BatchMeasures,
         share: NodeShare | None,
-        reported: Any,
     ) -> Any:
         """The node's sum of the batch's matches at `summed` (or the one match's
         gradient) to the reducer; with `share` (its workers and their idle time) it is
         the node's last of the batch and carries the leader's phases since its last.
-        `reported`: the call that told the queue of those matches' stats; Ray runs
-        the reducer's call once it is done (a reference as an argument), so the driver,
-        which reads the reports once it has the total, has them all, and the leader
-        does not wait for it (2-3 ms at a batch's end here, while results queued
-        behind it). The reducer's answer, to wait on."""
+        The reducer's answer, to wait on."""
         import ray
 
         began = time.perf_counter()
@@ -137,7 +132,7 @@ class NodeLeader:
         sent = part.compact() if isinstance(part, ExactSum) else part
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
-        added = reducer.add.remote(batch, node, ray.put(sent), summed, share, reported)
+        added = reducer.add.remote(batch, node, ray.put(sent), summed, share)
         measures.add_seconds("send the sum", time.perf_counter() - began)
         return added
 

@@ -137,13 +137,10 @@ class Reducer:
         part: IntegerGradient | EpisodeGradient,
         positions: list[int],
         share: NodeShare | None,
-        reported: Any = None,
     ) -> bool:
         """Add `node`'s sum (of the matches at `positions`: all it played of the batch,
         or those it sent ahead of its last, without `share`); False if the batch is over
-        or the node was declared lost meanwhile (its matches are being played again).
-        `reported`: the queue's answer to the node's report of those matches' stats,
-        which Ray waits for before this call runs."""
+        or the node was declared lost meanwhile (its matches are being played again)."""
         summing = self.batches.get(batch)
         if summing is None or node in summing.closed:
             return False
