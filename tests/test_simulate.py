@@ -242,24 +242,24 @@ def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-class Gate:
-    """An actor whose wait(value) answers once open() was called: weights still to come."""
-
-    def __init__(self):
-        import asyncio
-
-        self.event = asyncio.Event()
-
-    async def wait(self, value):
-        await self.event.wait()
-        return value
-
-    async def open(self):
-        self.event.set()
-
-
 def gate_actor() -> Any:
+    """An actor whose wait(value) answers once open() was called: weights still to come.
+    (Its class made here, so that Ray sends it by value: the workers cannot import this
+    module.)"""
     import ray
+
+    class Gate:
+        def __init__(self):
+            import asyncio
+
+            self.event = asyncio.Event()
+
+        async def wait(self, value):
+            await self.event.wait()
+            return value
+
+        async def open(self):
+            self.event.set()
 
     return ray.remote(Gate).remote()
 
