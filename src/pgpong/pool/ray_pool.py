@@ -239,7 +239,7 @@ class RayPool(OneBatchAtATime):
             waiting = [*running, *crew.starting, *(feed.pending() if feed is not None else ())]
             # The first ready, with every other one ready by now: at a batch's end results
             # come in bursts, and a pass of this loop for each (its requests, hand-out and
-            # wait) held the last ones back by about 9 ms at 1x64 (docs/SCALING.md).
+            # wait) held the last ones back by about 8 ms at 1x64 (docs/SCALING.md).
             done, rest = ray.wait(waiting, num_returns=1, timeout=1.0)
             if done and rest:
                 done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
