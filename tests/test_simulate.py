@@ -372,7 +372,7 @@ def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray
     slots = [threading.Thread(target=process.play, args=(come, [0, 1, slot], slot)) for slot in range(2)]
     for thread in slots:
         thread.start()
-    time.sleep(0.2)  # both wait for the weights; one will read them, the other wait for that read
+    time.sleep(0.5)  # both wait for the weights; one will read them, the other wait for that read
     ray.get(gate.open.remote())
     for thread in slots:
         thread.join(10)
