@@ -182,7 +182,6 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
         np.testing.assert_array_equal(grad.W2, expected.W2)
 
 
-@pytest.mark.slow
 @contextlib.contextmanager
 def _stepping(seed: int):
     """For the step-ahead tests: weights and an RMSProp cache (seeds `seed` and `seed` + 1),
@@ -202,6 +201,7 @@ def _stepping(seed: int):
         local.close()
 
 
+@pytest.mark.slow
 def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
     """Collected with the trainer's next step, a batch's total gets that step in the
     reducer, and the announced batch plays the weights it makes as soon as the total
@@ -232,6 +232,7 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
             pool.collect([third])
 
 
+@pytest.mark.slow
 def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
     """A step that is not finite (here the plan's learning rate is NaN) is not
     published: the announced batch waits for the trainer's own weights, plays them,

@@ -264,6 +264,21 @@ def gate_actor() -> Any:
     return ray.remote(Gate).remote()
 
 
+def simulating(steps: int, seconds_per_step: float) -> Any:
+    """A simulating process in this one, its bank one match of `steps` steps."""
+    import numpy as np
+
+    import pgpong.bench.simulate as simulate
+    from pgpong.policy import EpisodeGradient
+    from pgpong.pool import WorkerSettings
+    from pgpong.pool.sums import Played
+    from pgpong.rollout import EpisodeResult
+
+    grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
+    banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps, steps * seconds_per_step).stats(), grad)
+    return simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step)
+
+
 def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch_play_first(ray_instance, monkeypatch):
     """A simulating process takes a slot's calls in any order (on its threads): the
     call of an announced batch's match, which waits for weights that wait for this
@@ -271,20 +286,14 @@ def test_a_slot_waiting_for_the_next_batchs_weights_lets_its_match_of_this_batch
     every slot's process stopped until the stuck-worker watch ended it)."""
     import threading
 
-    import numpy as np
     import ray
 
     import pgpong.bench.simulate as simulate
-    from pgpong.policy import EpisodeGradient, Params
-    from pgpong.pool import WorkerSettings
-    from pgpong.pool.sums import Played
+    from pgpong.policy import Params
     from pgpong.pool.worker import WeightsToCome, publish
-    from pgpong.rollout import EpisodeResult
 
     monkeypatch.setattr(simulate, "kept_for_life", lambda: None)  # (not in the test's process)
-    grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
-    banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=20, seconds=0.01).stats(), grad)
-    process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=0.001)
+    process = simulating(20, 0.001)
     weights, gate = Params.initial(4, 0), gate_actor()
     results: dict[str, Any] = {}
 
@@ -337,15 +346,11 @@ def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray
     after the read starts when it comes, not before."""
     import threading
 
-    import numpy as np
     import ray
 
     import pgpong.bench.simulate as simulate
-    from pgpong.policy import EpisodeGradient, Params
-    from pgpong.pool import WorkerSettings
-    from pgpong.pool.sums import Played
+    from pgpong.policy import Params
     from pgpong.pool.worker import WeightsToCome, publish
-    from pgpong.rollout import EpisodeResult
 
     late, match = 0.3, 0.5  # seconds: a waiting slot's thread gets going that late after the read; a match
 
@@ -358,9 +363,7 @@ def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray
 
     monkeypatch.setattr(simulate, "kept_for_life", lambda: None)  # (not in the test's process)
     monkeypatch.setattr(simulate, "Future", LateFuture)
-    grad = EpisodeGradient(np.zeros(0, np.int16), np.zeros((4, 0), np.float32, order="F"), np.zeros(4, np.float32))
-    banked = Played(EpisodeResult(EpisodeId(0, 0, 0), grad, -21.0, steps=500, seconds=match).stats(), grad)
-    process = simulate.SimulatedWorkers(WorkerSettings(), [banked], seconds_per_step=match / 500)
+    process = simulating(500, match / 500)
     slept: dict[int, float] = {}
 
     def sleep(seconds: Any) -> None:
