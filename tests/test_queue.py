@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from pgpong.policy import Params
-from pgpong.pool.queue import Answer, QueueFeed, WorkQueue
+from pgpong.pool.feed import QueueFeed
+from pgpong.pool.queue import Answer, WorkQueue
 from pgpong.pool.worker import StoredWeights
 from pgpong.rollout import EpisodeId
 
@@ -107,6 +108,25 @@ def test_a_lost_nodes_request_still_waiting_gets_nothing_of_what_was_given_back_
     assert [position for _, position, _ in queue.take(node=1, free=2, size=2).given] == [0, 1]
 
 
+def test_a_request_for_matches_to_wait_behind_alone_waits_for_the_next_batch_or_any_other_change():
+    """With no worker free, a waiting request for an announced batch's matches to hold
+    behind is answered by the next batch's announcement, or empty by any other change
+    (here a batch given with weights: the node may have workers free by then)."""
+    queue = WorkQueue(workers=4)
+    queue.add(1, episodes(1, 2), "play", stored(Params.initial(8, 0)))
+    assert len(queue.take(node=0, free=4, size=4).given) == 2  # every match plays: the node's workers wait behind
+    waiting = Waiting(queue, node=0, free=0, size=4, behind=2)
+    assert waiting.is_alive()
+    queue.add(2, episodes(2, 2), "play", None)  # announced
+    waiting.join(5)
+    assert [(b, p) for b, p, _ in waiting.answer.given] == [(2, 0), (2, 1)] and waiting.answer.behind
+    waiting = Waiting(queue, node=1, free=0, size=4, behind=2)
+    assert waiting.is_alive()
+    queue.drop(1)  # (any change)
+    waiting.join(5)
+    assert not waiting.is_alive() and waiting.answer.given == [] and not waiting.answer.stopped
+
+
 class FakeQueue:
     """Answers a leader's requests with what a test sets, through Ray's store, and
     remembers whether each was to wait."""
@@ -114,13 +134,15 @@ class FakeQueue:
     def __init__(self):
         self.answers: deque = deque()
         self.waits: list[bool] = []
+        self.asked: list[tuple[int, bool, int]] = []  # (free, wait, behind) of each request
         self.take = self
         self.weights_for: Any = None  # (a test that needs it sets it)
 
-    def remote(self, node, free, known, size, wait):
+    def remote(self, node, free, known, size, wait, behind=0):
         import ray
 
         self.waits.append(wait)
+        self.asked.append((free, wait, behind))
         return ray.put(self.answers.popleft())
 
 
@@ -173,6 +195,26 @@ def test_an_announced_batch_is_handed_out_at_once_and_its_weights_come_when_publ
     assert not dropped.is_alive() and dropped.answer is None
 
 
+def test_a_request_brings_an_announced_batchs_matches_to_wait_behind_playing_ones_once_none_can_play_elsewhere():
+    """Beyond one per free worker, `behind` more of an announced batch, for the node's
+    playing workers to hold behind their match, only if the answer brings every match
+    that can play, each to a free worker (a worker waiting for the announced weights
+    plays nothing else), and no batch in play plays another's weights (--lag-share's
+    first part, whose matches those weights do not wait for)."""
+    queue = WorkQueue(workers=4)
+    queue.add(1, episodes(1, 3), "play", stored(Params.initial(8, 0)))
+    queue.add(2, episodes(2, 6), "play", None)  # announced
+    early = queue.take(node=0, free=2, size=4, behind=2)  # a match of batch 1 is left: for a free worker
+    assert [(b, p) for b, p, _ in early.given] == [(1, 0), (1, 1)] and not early.behind
+    answer = queue.take(node=1, free=1, size=4, behind=2)
+    assert [(b, p) for b, p, _ in answer.given] == [(1, 2), (2, 0), (2, 1)] and answer.behind
+    assert answer.left_of == {2: 4} and queue.taken_by(1, 2) == 2  # (given back with the node's others, were it lost)
+    assert queue.add_like(3, episodes(3, 2), "play", like=1)  # a batch played with batch 1's weights
+    assert len(queue.take(node=0, free=2, size=4).given) == 2  # (none of it left to play)
+    answer = queue.take(node=0, free=0, size=4, behind=2)
+    assert answer.given == [] and not answer.behind
+
+
 class Answered(threading.Thread):
     """A call that may wait, on a thread of its own; its answer once it returns."""
 
@@ -213,6 +255,29 @@ def test_a_leader_asks_for_an_announced_batchs_weights_once_and_its_matches_are_
     assert feed.job((2, 0))[1].ref == call
     ray.get(call)
     assert feed.receive(call) == [] and not feed.waits((2, 0)) and feed.playable == 3
+
+
+def test_a_leader_holding_nothing_asks_for_announced_matches_behind_its_playing_workers():
+    """A request for an announced batch's matches, one behind each playing worker with
+    room, once the queue has said they may wait there and that some are left; none
+    while it holds matches; with none left, one that waits in the queue for the next."""
+    queue = FakeQueue()
+    feed = QueueFeed(queue, node=0, copy_weights=False, workers=4)
+    job = ("play", "weights", ())
+    given = [(1, k, EpisodeId(7, 1, k)) for k in range(4)]
+    queue.answers.append(Answer(given, {1: job}, 3, (1, 2), True, left_of={2: 3}, announced=(2,), behind=True))
+    feed.ask(local=0, free=4)
+    assert len(feed.receive(feed.pending()[0]) or []) == 4
+    feed.ask(local=1, free=0, busy=3, room=3)  # it still holds one
+    assert feed.pending() == []
+    queue.answers.append(Answer([], {}, 0, (1, 2), True, left_of={}, announced=(2,), behind=True))
+    feed.ask(local=0, free=0, busy=4, room=4)
+    [request] = feed.pending()
+    assert queue.asked[-1] == (0, False, 4)  # none free, not to wait, four behind
+    assert feed.receive(request) == []  # another node took them
+    queue.answers.append(Answer([], {}, 0, (1, 2), True, behind=True))
+    feed.ask(local=0, free=0, busy=4, room=4)  # none known: it waits in the queue for the next batch
+    assert queue.asked[-1] == (0, True, 4) and len(feed.pending()) == 1
 
 
 def test_a_node_keeps_a_batch_s_job_while_it_holds_a_match_of_it_however_many_batches_come_after():

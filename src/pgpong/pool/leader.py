@@ -18,7 +18,7 @@ from pgpong.placement import REPORT_SECONDS
 from pgpong.policy import EpisodeGradient
 from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings, kept_for_life
 from pgpong.pool.columns import Finished, by_batch
-from pgpong.pool.queue import QueueFeed
+from pgpong.pool.feed import QueueFeed
 from pgpong.pool.ray_pool import RayPool
 from pgpong.pool.reducer import NodeShare
 from pgpong.pool.sums import SUMMING, ExactSum, Played

@@ -14,11 +14,13 @@ while the last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
 least two matches per worker of the cluster, so that a worker finds its next match
 waiting; and more while many are left, placement.request_size), the oldest batch's
-first; asks again as its workers free up; and tells it now and then which matches
+first, and for an announced batch's, one behind each of its playing workers (their
+calls then go out while this batch plays, not at its end); asks again as its
+workers free up; and tells it now and then which matches
 it has finished (their stats or results). A node with nothing to do (or, with a
 batch announced or --lag 1, nothing more it can play) asks and waits: the queue answers
 when there is work again, so a leader's run goes on from batch to batch and the
-driver does not start it again each time. QueueFeed is the leader's side of that.
+driver does not start it again each time. pool/feed.py is the leader's side of that.
 The queue remembers which node took which matches, so that a lost node's can be
 handed out again. Who plays which match does not change the weights: the gradients
 are summed exactly (sums.py).
@@ -40,7 +42,7 @@ from pgpong.policy import Params
 from pgpong.pool.ahead import STEPPED_AHEAD
 from pgpong.pool.base import Job
 from pgpong.pool.columns import Report
-from pgpong.pool.worker import PublishedWeights, StoredWeights, WeightsToCome, publish
+from pgpong.pool.worker import PublishedWeights, StoredWeights, publish
 from pgpong.rollout import EpisodeId
 
 Heard = tuple[int, int, list[int], Any]  # (batch, node, positions, their stats or results: columns.Report's)
@@ -71,6 +73,7 @@ class Answer:
     stopped: bool = False  # the pool is closing: the node's run ends
     left_of: dict[int, int] = field(default_factory=dict)  # the matches left, by batch
     announced: tuple[int, ...] = ()  # the batches in play whose weights are still to come
+    behind: bool = False  # their matches may wait behind playing ones: none can play, no batch overlaps
 
 
 @dataclass
@@ -115,7 +118,7 @@ class WorkQueue:
         (their borrowing, the copies' locations) are kept here rather than in the
         driver, where at 11x18 they took about half of its CPU time per update
         (docs/SCALING.md)."""
-        job = (method, None if weights is None else _copied(weights), args)  # (the nodes' calls go on meanwhile)
+        job = (method, None if weights is None else copied(weights), args)  # (the nodes' calls go on meanwhile)
         with self._lock:
             self._put(batch, episodes, job)
 
@@ -142,7 +145,7 @@ class WorkQueue:
     def publish(self, batch: int, weights: StoredWeights) -> bool | None:
         """The weights of an announced batch: the workers waiting for them start (False:
         it had weights already, and keeps them; None: it is not in the queue)."""
-        return self._publish(batch, _copied(weights))  # (the copy made while the nodes' calls go on)
+        return self._publish(batch, copied(weights))  # (the copy made while the nodes' calls go on)
 
     def publish_stepped(self, batch: int, published: PublishedWeights) -> bool | None:
         """The weights the reducer's step made for an announced batch (ahead.py), in the
@@ -183,7 +186,9 @@ class WorkQueue:
         self.workers = workers
 
     @_locked
-    def take(self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0, wait: bool = False) -> Answer:
+    def take(
+        self, node: int, free: int, known: tuple[int, ...] = (), size: int = 0, wait: bool = False, behind: int = 0
+    ) -> Answer:
         """Matches for `node` (`size` workers, `free` of them free), the oldest batch's
         first, as (batch, position, episode): one per free worker, or more while many
         are left (placement.request_size), so that a node asks about once per few
@@ -197,17 +202,23 @@ class WorkQueue:
         all to do). With `wait`, an empty answer waits until there are matches again
         (or the queue stops): a node with nothing to do waits here for the next batch.
         A lost node's request (its leader gone, the request still here) gets nothing:
-        the matches given back for it are for the others."""
+        the matches given back for it are for the others. With `behind`, up to that many
+        more of an announced batch, for the node's busy workers to hold behind the
+        match they play, if they may wait there (Answer.behind). A request for those
+        alone (no worker free) that waits does so until the queue changes: it waits for
+        the next batch to be announced, and must not keep the node from asking again
+        when something else comes."""
         self.calls["take"] += 1
-        answer = self._answer(node, free, known, size)
-        while wait and not answer.given and not answer.stopped:
+        answer = self._answer(node, free, known, size, behind)
+        changes = 0
+        while wait and not answer.given and not answer.stopped and (free or not changes):
             self._lock.wait()
-            answer = self._answer(node, free, known, size)
+            answer, changes = self._answer(node, free, known, size, behind), changes + 1
         if not answer.given:
             self.calls["empty take"] += 1
         return answer
 
-    def _answer(self, node: int, free: int, known: tuple[int, ...], size: int) -> Answer:
+    def _answer(self, node: int, free: int, known: tuple[int, ...], size: int, behind: int = 0) -> Answer:
         if node in self.lost:
             return Answer([], {}, 0, (), False, stopped=True)
         left = sum(len(queued.todo) for queued in self.batches.values())
@@ -217,20 +228,40 @@ class WorkQueue:
         # balanced); they go to free workers. With none left that can play, the
         # announced ones size it (the leader parks one on each free worker and keeps
         # the rest for workers that free up).
-        wanted = max(request_size(free, playable or left, size, self.workers), min(free, left))
+        wanted = max(request_size(free, playable or left, size, self.workers), min(free, left)) if free else 0
+        # An announced batch's matches may wait behind the node's playing ones when this
+        # answer brings every match that can play, each to a free worker (a worker
+        # waiting for the announced weights takes no other match, and those weights come
+        # from the step on the batches in play before, whose matches all play first), and
+        # no batch plays another's weights (--lag-share's first part). It gets one for
+        # each free worker and one behind each playing one it asks for: none to keep for
+        # later (they would wait behind the next batch's matches).
+        may_wait = playable <= min(free, wanted) and all(
+            not queued.job[1].in_place for queued in self.batches.values() if queued.job[1]
+        )
+        behind = behind if may_wait else 0
         given: Given = []
         for batch, queued in self.batches.items():
+            if behind and queued.job[1] is None:
+                wanted = max(len(given), free) + behind
             while queued.todo and len(given) < wanted:
-                position = queued.todo.popleft()
-                queued.taken.setdefault(node, []).append(position)
-                given.append((batch, position, queued.episodes[position]))
+                given.append(self._give(node, batch, queued))
         self.handed += len(given)
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
         left_of = {batch: len(queued.todo) for batch, queued in self.batches.items() if queued.todo}
         announced = tuple(batch for batch, queued in self.batches.items() if queued.job[1] is None)
         in_play = tuple(self.batches)
-        return Answer(given, jobs, left - len(given), in_play, self.overlapping, self.stopped, left_of, announced)
+        return Answer(
+            given, jobs, left - len(given), in_play, self.overlapping, self.stopped, left_of, announced, may_wait
+        )
+
+    @staticmethod
+    def _give(node: int, batch: int, queued: QueuedBatch) -> tuple[int, int, EpisodeId]:
+        """The batch's next match, taken by `node`."""
+        position = queued.todo.popleft()
+        queued.taken.setdefault(node, []).append(position)
+        return batch, position, queued.episodes[position]
 
     @_locked
     def stop(self) -> None:
@@ -298,146 +329,10 @@ class WorkQueue:
         return len(queued.taken.get(node, [])) if queued is not None else 0
 
 
-class QueueFeed:
-    """A node leader's side of the queue: asks for matches when the node has free
-    workers without one, one request at a time (RayPool.run waits on it), and knows
-    each batch's job. After an empty answer it asks again only to wait for more: at
-    once if the queue said more may come (--lag 1, or a batch announced: the next
-    batch may be added any time), else once the node has nothing at all to do (the
-    next batch comes after this one is over; those requests, one per match finished
-    at the batch's end, were most of the queue's calls). So the leader's run goes on
-    until the queue stops. The matches it holds of a batch no longer in play
-    (cancelled) are dropped before they start. For an announced batch it asks the
-    queue for the weights at once, and follows that call: until it is answered, the
-    batch's matches wait (`waits`)."""
-
-    def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
-        self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers
-        self.remaining = 1  # unknown until the first answer: at least one
-        self._left_of: dict[int, int] = {}  # of those, by batch
-        self._announced: set[int] = set()  # the batches whose weights were still to come, as last heard
-        self._came: set[int] = set()  # the announced batches in play whose weights came
-        self.jobs: dict[int, Job] = {}
-        self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
-        self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
-        self._request: Any = None
-        self._to_come: dict[Any, int] = {}  # the calls for announced batches' weights not yet answered -> batch
-        self._empty = False  # the last answer was empty
-        self._more = False  # the queue's last answer: more may come before the batches in play are over
-        self._stopped = False
-
-    @property
-    def exhausted(self) -> bool:
-        return self._stopped and self._request is None
-
-    @property
-    def playable(self) -> int:
-        """The matches left in the queue, as last heard, but those whose weights are still to come."""
-        return sum(left for batch, left in self._left_of.items() if batch not in self._announced)
-
-    def left_of(self, batch: int) -> int:
-        """The batch's matches left in the queue, as last heard."""
-        return self._left_of.get(batch, 0)
-
-    def pending(self) -> list:
-        return [*([self._request] if self._request is not None else []), *self._to_come]
-
-    def waits(self, key: tuple[int, int]) -> bool:
-        """Whether the match's weights are still to come (its batch announced, not yet published)."""
-        return key[0] in self._to_come.values()
-
-    def ask(self, local: int, free: int, busy: int = 0) -> None:
-        """Ask for matches if the node's `free` workers are more than the `local` ones
-        it holds (`busy` workers are playing)."""
-        if self._request is not None or local >= free or self._stopped:
-            return
-        wait = self._empty
-        if wait and not self._more and (local or busy):  # nothing more comes: the batch's last matches play here
-            return
-        self._request = self.queue.take.remote(self.node, free - local, tuple(self.jobs), self.workers, wait)
-
-    def receive(self, ref: Any) -> list | None:
-        """The matches a request brought, as ((batch, position), episode) (none when an
-        announced batch's weights came); None if `ref` is not ours."""
-        if ref in self._to_come:
-            batch = self._to_come.pop(ref)
-            self._announced.discard(batch)
-            self._came.add(batch)
-            return []
-        if ref != self._request:
-            return None
-        import ray
-
-        self._request = None
-        answer: Answer = ray.get(ref)
-        given, self.remaining, self._more, self._stopped = answer.given, answer.left, answer.more, answer.stopped
-        self._came &= set(answer.in_play)
-        self._left_of, self._announced = answer.left_of, set(answer.announced) - self._came
-        self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
-        self._empty = not given
-        self.held.update(batch for batch, _, _ in given)
-        # A job (and its weights' reference) is kept while its batch is in play or this node
-        # holds a match of it (one playing may have to be played again, its worker lost):
-        # up to four batches with --lag-share (a batch's two parts, the next's two)
-        for batch in set(self.jobs) - set(answer.in_play) - set(self.held):
-            del self.jobs[batch]
-        self.dropped = set(self.held) - set(answer.in_play)
-        return [((batch, position), episode) for batch, position, episode in given]
-
-    def _ready(self, batch: int, job: Job) -> Job:
-        """The job as this node's workers take it: an announced batch's weights are
-        asked of the queue now (its workers wait for the answer), others are copied
-        into this node's store."""
-        method, published, args = job
-        if published is None:
-            call = self.queue.weights_for.remote(batch)
-            self._to_come[call] = batch
-            return method, WeightsToCome(call), args
-        return node_copy(job) if self.copy_weights and not published.in_place else job
-
-    def tidy(self, todo: deque) -> None:
-        """Drop the matches not yet started of batches no longer in play."""
-        if not self.dropped:
-            return
-        keep = [item for item in todo if item[0][0] not in self.dropped]
-        for (batch, _), _ in [item for item in todo if item[0][0] in self.dropped]:
-            self.done(batch)
-        todo.clear()
-        todo.extend(keep)
-
-    def done(self, batch: int) -> int:
-        """One match of `batch` is no longer held here; how many still are."""
-        self.held[batch] -= 1
-        left = self.held[batch]
-        if not left:
-            del self.held[batch]
-        return left
-
-    def job(self, key: tuple[int, int]) -> Job:
-        return self.jobs[key[0]]
-
-
-def _copied(weights: StoredWeights | PublishedWeights) -> PublishedWeights:
+def copied(weights: StoredWeights | PublishedWeights) -> PublishedWeights:
     """Weights in the store, published again by this process, which owns the copy
     (the queue, of the driver's; a leader, of the queue's)."""
     import ray
 
     fetched: Params = ray.get(weights.ref, timeout=COPY_SECONDS)
     return publish(fetched)[0]
-
-
-def node_copy(job: Job) -> Job:
-    """The job with its weights copied into this node's object store by this process
-    (a leader of the node), which owns the copy: its workers read it there, and Ray's
-    books on them are kept by the leader, so the queue, which owns the batch's
-    weights, counts one reader per leader (one per 32 workers) rather than one per
-    worker (about 20 ms of the queue's CPU per update at 11x18). It costs a 5 MB copy
-    per leader and batch. The leaders on the queue's node do not copy: their workers
-    read the queue's object, and the queue keeps their books."""
-    import ray
-
-    method, published, args = job
-    try:
-        return method, _copied(published), args
-    except (ray.exceptions.RayError, OSError):  # (OSError: this node's store is going, with the node)
-        return job  # the workers fetch the queue's copy themselves, each failure theirs to handle

@@ -140,7 +140,9 @@ class Feed(Protocol):
 
     def pending(self) -> list: ...  # the requests in flight, to wait on
 
-    def ask(self, local: int, free: int, busy: int) -> None: ...  # ask for more if `local` episodes are too few
+    def ask(self, local: int, free: int, busy: int, room: int) -> None: ...  # ask for more if `local` ones are too few
+
+    def behind(self, key: Any) -> bool: ...  # the episode waits, and may wait behind a playing one (HandOut)
 
     def tidy(self, todo: deque) -> None: ...  # drop from `todo` what is no longer wanted
 
@@ -226,12 +228,8 @@ class RayPool(OneBatchAtATime):
         self._hand = hand
         waits = feed.waits if feed is not None else lambda key: False
         while todo or running or more():
-            if feed is not None:
-                feed.tidy(todo)
-                feed.ask(len(todo), hand.free(), len(running))
             began = time.perf_counter()
-            handed = hand.out(todo, feed.playable if feed is not None else 0, waits)
-            self._start(handed, job, running, waits)
+            self._hand_out(todo, job, running, hand, feed)
             measures.add_seconds(HANDING_OUT, time.perf_counter() - began)
             for worker in watch.stuck():  # its calls fail now, and go to the dead-worker path below
                 ray.kill(process_of(worker), no_restart=True)
@@ -258,8 +256,8 @@ class RayPool(OneBatchAtATime):
                 measures.bytes_in += _grad_bytes(result)
                 last_progress = time.monotonic()
                 playable = feed.playable if feed is not None else 0  # (matches whose weights are out)
-                hand.back(worker, idle=not playable and (not todo or all(waits(key) for key, _ in todo)))
-                watch.done(worker, busy=hand.held.get(worker, 0) > 0)
+                hand.back(worker, idle=not playable and (not todo or all(waits(key) for key, _ in todo)), waits=waits)
+                watch.done(worker, busy=hand.busy(worker))
                 yield key, result
             if not running and not todo and not more():  # the slowest episode is in: the barrier is over
                 measures.barrier_s = hand.idle_seconds() / max(1, len(crew.ready))
@@ -269,6 +267,19 @@ class RayPool(OneBatchAtATime):
                 raise PoolError(f"no episode finished in {stall_s:.0f} s; giving up")
             if not crew.ready and not crew.starting:
                 raise PoolError("no rollout worker is left")
+
+    def _hand_out(
+        self, todo: deque, job: Callable[[Any], Job], running: dict, hand: HandOut, feed: Feed | None
+    ) -> None:
+        """Call the workers of what can go now (each episode to the first free worker,
+        or behind a playing one); then ask the feed for more, for the free workers left
+        or the room behind the playing ones."""
+        if feed is None:
+            self._start(hand.out(todo), job, running, lambda key: False)
+            return
+        feed.tidy(todo)
+        self._start(hand.out(todo, feed.playable, feed.waits, feed.behind), job, running, feed.waits)
+        feed.ask(len(todo), hand.free(), len(running), hand.room_behind())
 
     def _start(
         self, handed: Iterator[tuple[Any, Any]], job: Callable[[Any], Job], running: dict, waits: Callable

@@ -79,7 +79,7 @@ class PublishedWeights:
     ref: Any
     # the weights of an announced batch still in play, played again by another
     # (--lag-share: the next batch's first part): the workers have them already, so a
-    # leader of another node makes no copy of them (pool/queue.py node_copy)
+    # leader of another node makes no copy of them (pool/feed.py node_copy)
     in_place: bool = False
 
 
