@@ -24,7 +24,9 @@ class QueueFeed:
     until the queue stops. The matches it holds of a batch no longer in play
     (cancelled) are dropped before they start. For an announced batch it asks the
     queue for the weights at once, and follows that call: until it is answered, the
-    batch's matches wait (`waits`)."""
+    batch's matches wait (`waits`). Once the queue says they may (`behind`), it asks
+    for them for its playing workers too, one behind each, so that their calls go out
+    while this batch plays."""
 
     def __init__(self, queue: Any, node: int, copy_weights: bool = True, workers: int = 0):
         self.queue, self.node, self.copy_weights, self.workers = queue, node, copy_weights, workers

@@ -73,7 +73,7 @@ class Answer:
     stopped: bool = False  # the pool is closing: the node's run ends
     left_of: dict[int, int] = field(default_factory=dict)  # the matches left, by batch
     announced: tuple[int, ...] = ()  # the batches in play whose weights are still to come
-    behind: bool = False  # their matches may wait behind playing ones: none can play, no batch overlaps
+    behind: bool = False  # an announced batch's may wait behind playing matches (WorkQueue._answer says when)
 
 
 @dataclass
@@ -229,6 +229,7 @@ class WorkQueue:
         # announced ones size it (the leader parks one on each free worker and keeps
         # the rest for workers that free up).
         wanted = max(request_size(free, playable or left, size, self.workers), min(free, left)) if free else 0
+        # (none free: it asks for matches to hold behind, and only those)
         # An announced batch's matches may wait behind the node's playing ones when this
         # answer brings every match that can play, each to a free worker (a worker
         # waiting for the announced weights takes no other match, and those weights come
