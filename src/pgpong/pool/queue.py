@@ -227,9 +227,9 @@ class WorkQueue:
         # their weights, do not make this batch's last ones plentiful (its end is
         # balanced); they go to free workers. With none left that can play, the
         # announced ones size it (the leader parks one on each free worker and keeps
-        # the rest for workers that free up).
+        # the rest for workers that free up). With none free, it asks only for matches
+        # to hold behind.
         wanted = max(request_size(free, playable or left, size, self.workers), min(free, left)) if free else 0
-        # (none free: it asks for matches to hold behind, and only those)
         # An announced batch's matches may wait behind the node's playing ones when this
         # answer brings every match that can play, each to a free worker (a worker
         # waiting for the announced weights takes no other match, and those weights come
