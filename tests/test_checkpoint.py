@@ -1,6 +1,7 @@
 """Checkpoints: round trip, atomic pruning, and refusal of damaged files."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -148,3 +149,49 @@ def test_pickled_object_arrays_are_never_loaded(tmp_path):
     for name in ("evil.npy", "evil.npz"):
         with pytest.raises(CheckpointError):
             load_checkpoint(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("batch", float("inf")),  # json writes Infinity, which Python's json reads back
+        ("batch", -5),
+        ("batch", 10**30),
+        ("episodes", 1e300),
+        ("env_steps", True),
+        ("running_reward", float("nan")),
+        ("wall_s", "soon"),
+    ],
+)
+def test_header_counts_and_numbers_out_of_range_are_refused(tmp_path, field, value):
+    path = save_checkpoint(make_state(), tmp_path)
+    rewrite(path, **{field: value})
+    with pytest.raises(CheckpointError, match=f"bad header field \\({field} is"):
+        load_checkpoint(path)
+
+
+def test_deeply_nested_header_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "nested.npz"
+    text = "[" * 200_000 + "]" * 200_000
+    np.savez(path, header=np.frombuffer(text.encode(), np.uint8), W1=np.zeros((2, 6400)), W2=np.zeros(2))
+    with pytest.raises(CheckpointError, match="damaged header") as refused:
+        load_checkpoint(path)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_pipe_is_not_read_as_a_checkpoint(tmp_path):
+    pipe = tmp_path / "ckpt.npz"
+    os.mkfifo(pipe)  # opening it to read would wait for a writer for ever
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        load_checkpoint(pipe)
+
+
+def test_an_unreadable_checkpoints_folder_is_one_error(tmp_path, monkeypatch):
+    save_checkpoint(make_state(), tmp_path)
+
+    def refused(self):  # what a folder of mode 000 answers a user who is not root
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(tmp_path), "iterdir", refused)
+    with pytest.raises(CheckpointError, match="cannot list its checkpoints \\(Permission denied\\)"):
+        list_checkpoints(tmp_path)

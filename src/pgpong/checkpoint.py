@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import zipfile
@@ -135,19 +136,36 @@ def load_checkpoint(path: Path) -> TrainingState:
         if previous.W1.shape != weights.W1.shape:
             raise CheckpointError(f"{path}: previous_W1 shape {previous.W1.shape} differs from W1 {weights.W1.shape}")
     try:
+        running_reward = header["running_reward"]
         return TrainingState(
             weights=weights,
             cache=cache,
-            batch=int(header["batch"]),
-            episodes=int(header["episodes"]),
-            env_steps=int(header["env_steps"]),
-            running_reward=None if header["running_reward"] is None else float(header["running_reward"]),
-            wall_s=float(header["wall_s"]),
+            batch=_count(header, "batch"),
+            episodes=_count(header, "episodes"),
+            env_steps=_count(header, "env_steps"),
+            running_reward=None if running_reward is None else _finite(running_reward, "running_reward"),
+            wall_s=_finite(header["wall_s"], "wall_s"),
             info=dict(header.get("info", {})),
             previous=previous,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CheckpointError(f"{path}: bad header field ({exc})") from None
+
+
+MAX_COUNT = 2**53  # batches, episodes and env steps: far beyond any run, exact in a float
+
+
+def _count(header: dict[str, Any], name: str) -> int:
+    value = header[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name} is {value!r}, not a whole number from 0 to 2**53")
+    return value
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} is {value!r}, not a finite number")
+    return float(value)
 
 
 def load_weights(path: Path) -> Params:
@@ -169,9 +187,12 @@ def read_weights(path: Path) -> tuple[Params, dict[str, Any]]:
 
 def list_checkpoints(directory: Path) -> list[Path]:
     """Checkpoint files in `directory`, oldest first."""
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    try:
+        if not directory.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    except OSError as exc:
+        raise CheckpointError(f"{directory}: cannot list its checkpoints ({exc.strerror or exc})") from None
     return [p for _, p in sorted(found)]
 
 
@@ -184,8 +205,7 @@ def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], 
     zip directory and every member's .npy header were checked: expected names only,
     float arrays of usable shapes (or the uint8 header), sizes that agree. Nothing is
     ever unpickled, and no array larger than its header allows is allocated."""
-    if path.is_dir():
-        raise CheckpointError(f"{path}: is a directory (to continue a run, give it as --run-dir)")
+    _check_kind(path)
     try:
         with zipfile.ZipFile(path) as archive:
             shapes = _checked_members(path, archive)
@@ -215,9 +235,20 @@ def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], 
         header = json.loads(raw.tobytes().decode())
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: damaged header ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: damaged header ({_one_line(exc)})") from None
     return arrays, header
+
+
+def _check_kind(path: Path) -> None:
+    try:
+        directory, irregular = path.is_dir(), path.exists() and not path.is_file()
+    except OSError:
+        return  # (opening it says why)
+    if directory:
+        raise CheckpointError(f"{path}: is a directory (to continue a run, give it as --run-dir)")
+    if irregular:  # a pipe or a device: reading it might never end
+        raise CheckpointError(f"{path}: not a regular file")
 
 
 def _checked_members(path: Path, archive: zipfile.ZipFile) -> dict[str, tuple[zipfile.ZipInfo, tuple[int, ...]]]:
