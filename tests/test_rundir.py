@@ -3,6 +3,7 @@ anything is written, and the files a run keeps (config.json, progress.csv, check
 
 import dataclasses
 import json
+import os
 import re
 import time
 
@@ -213,6 +214,45 @@ def test_check_run_dir_writable_refuses_a_file_in_the_way(tmp_path):
     run = open_run(tmp_path / "file" / "r", SETTINGS)
     with pytest.raises(ConfigError, match="cannot write the run directory"):
         check_run_dir_writable(run)
+
+
+def test_check_run_dir_writable_refuses_checkpoints_that_is_a_file(tmp_path):
+    run = open_run(tmp_path / "r", {**SETTINGS, "iterations": 1})
+    create_run_files(run, {})
+    (tmp_path / "r" / "checkpoints").write_text("not a folder")
+    with pytest.raises(ConfigError, match="checkpoints is not a directory"):
+        check_run_dir_writable(open_run(tmp_path / "r", {"iterations": 2}))
+
+
+def _made_run(tmp_path):
+    run = open_run(tmp_path / "r", {**SETTINGS, "iterations": 1})
+    create_run_files(run, {})
+    return run
+
+
+@pytest.mark.parametrize("kind", ["binary", "folder", "pipe"])
+def test_a_progress_csv_that_cannot_be_read_is_refused_before_anything_is_written(tmp_path, kind):
+    path = _made_run(tmp_path).progress_path
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 4)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)  # opening it to read would wait for a writer for ever
+    with pytest.raises(ConfigError, match="progress.csv: cannot be read .*move it aside") as refused:
+        open_run(tmp_path / "r", {"iterations": 2})
+    assert "\n" not in str(refused.value)
+
+
+def test_a_run_directory_that_cannot_be_read_is_one_error(tmp_path, monkeypatch):
+    _made_run(tmp_path)
+
+    def refused(self):  # what a folder of mode 000 answers a user who is not root
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(tmp_path), "exists", refused)
+    with pytest.raises(ConfigError, match="cannot read the run directory .*: Permission denied"):
+        open_run(tmp_path / "r", {"iterations": 2})
 
 
 def test_config_json_keeps_the_first_command_and_appends_resumes(tmp_path):

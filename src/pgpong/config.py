@@ -169,55 +169,55 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
         check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
-        check(is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}")
+        check(is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden!r}")
         check(
             is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH,
-            f"--batch-size must be at least 1 and at most {MAX_BATCH}, got {self.batch_size}",
+            f"--batch-size must be at least 1 and at most {MAX_BATCH}, got {self.batch_size!r}",
         )
         check(
             self.ramp_from is None or (is_int(self.ramp_from) and 1 <= self.ramp_from <= self.batch_size),
-            f"--ramp-from must be at least 1 and at most --batch-size ({self.batch_size}), got {self.ramp_from}",
+            f"--ramp-from must be at least 1 and at most --batch-size ({self.batch_size}), got {self.ramp_from!r}",
         )
         check(
             is_int(self.ramp_matches) and self.ramp_matches >= 1,
-            f"--ramp-matches must be at least 1, got {self.ramp_matches}",
+            f"--ramp-matches must be at least 1, got {self.ramp_matches!r}",
         )
         check(
             is_number(self.learning_rate) and 0 < self.learning_rate <= MAX_LEARNING_RATE,
             f"--learning-rate must be in (0, {MAX_LEARNING_RATE:g}] "
             f"(pgpong's default is {rate_text(RULE_LEARNING_RATE)} at batch {RULE_BATCH}), "
-            f"got {self.learning_rate}",
+            f"got {self.learning_rate!r}",
         )
         check(
             is_int(self.hidden) and self.hidden <= MAX_HIDDEN,
-            f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden}",
+            f"--hidden must be at most {MAX_HIDDEN}, got {self.hidden!r}",
         )
         check(self.warmup in ("on", "off"), f"--warmup must be on or off, got {self.warmup!r}")
         check(
             is_number(self.entropy_bonus) and 0 <= self.entropy_bonus <= MAX_ENTROPY_BONUS,
-            f"--entropy-bonus must be in [0, {MAX_ENTROPY_BONUS:g}] (0: none), got {self.entropy_bonus}",
+            f"--entropy-bonus must be in [0, {MAX_ENTROPY_BONUS:g}] (0: none), got {self.entropy_bonus!r}",
         )
         check(
             is_number(self.w2_init_scale) and 0 < self.w2_init_scale <= MAX_INIT_SCALE,
-            f"--w2-init-scale must be in (0, {MAX_INIT_SCALE:g}] (1: Xavier), got {self.w2_init_scale}",
+            f"--w2-init-scale must be in (0, {MAX_INIT_SCALE:g}] (1: Xavier), got {self.w2_init_scale!r}",
         )
         check(
             self.max_update_norm is None or (is_number(self.max_update_norm) and self.max_update_norm >= 0),
-            f"--max-update-norm must be 0 (none) or positive, got {self.max_update_norm}",
+            f"--max-update-norm must be 0 (none) or positive, got {self.max_update_norm!r}",
         )
-        check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag}")
+        check(self.lag in (0, 1) and is_int(self.lag), f"--lag must be 0 or 1, got {self.lag!r}")
         check(
             is_number(self.lag_share) and 0 <= self.lag_share <= 1,
-            f"--lag-share must be in [0, 1], got {self.lag_share}",
+            f"--lag-share must be in [0, 1], got {self.lag_share!r}",
         )
         check(
             not (self.lag and self.lag_share),
             "--lag-share is for runs without --lag (--lag 1 plays all of a batch behind)",
         )
-        check(is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma}")
+        check(is_number(self.gamma) and 0 <= self.gamma <= 1, f"--gamma must be in [0, 1], got {self.gamma!r}")
         check(
             is_number(self.decay_rate) and 0 <= self.decay_rate < 1,
-            f"--decay-rate must be in [0, 1), got {self.decay_rate}",
+            f"--decay-rate must be in [0, 1), got {self.decay_rate!r}",
         )
         check(
             self.ramp_from is not None or self.ramp_matches == RAMP_MATCHES,
@@ -225,26 +225,26 @@ class TrainConfig:
         )
         ramp_error = schedule.ramp_error(self)
         check(ramp_error is None, str(ramp_error))
-        check(is_int(self.seed) and 0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed}")
+        check(is_int(self.seed) and 0 <= self.seed < 2**32, f"--seed must be in [0, 2**32), got {self.seed!r}")
         check(
             self.max_episode_steps is None or (is_int(self.max_episode_steps) and self.max_episode_steps >= 1),
-            f"--max-episode-steps must be at least 1, got {self.max_episode_steps}",
+            f"--max-episode-steps must be at least 1, got {self.max_episode_steps!r}",
         )
         check(
             self.iterations is None or (is_int(self.iterations) and self.iterations >= 0),
-            f"--iterations must be 0 or more, got {self.iterations}",
+            f"--iterations must be 0 or more, got {self.iterations!r}",
         )
         check(
             self.workers is None or (is_int(self.workers) and self.workers >= 0),
-            f"--workers must be 0 or more, got {self.workers}",
+            f"--workers must be 0 or more, got {self.workers!r}",
         )
         check(
             is_int(self.keep_checkpoints) and self.keep_checkpoints >= 1,
-            f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints}",
+            f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints!r}",
         )
         check(
             is_number(self.checkpoint_every) and self.checkpoint_every >= 0,
-            f"--checkpoint-every must be 0 or more seconds, got {self.checkpoint_every}",
+            f"--checkpoint-every must be 0 or more seconds, got {self.checkpoint_every!r}",
         )
         return self
 
@@ -354,6 +354,8 @@ def load_config(path: Path) -> TrainConfig:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
+        if path.exists() and not path.is_file():  # a pipe would never end
+            raise ValueError("not a regular file")
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise ValueError(f"{path.stat().st_size / 2**20:.0f} MB is too large for a config.json")
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -5,6 +5,7 @@ run needs before its first batch (config.json and its history, trimmed progress)
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import fcntl
 import os
@@ -26,7 +27,7 @@ from pgpong.checkpoint import (
 from pgpong.config import BEFORE_THEY_EXISTED, ConfigError, TrainConfig, load_config, save_config
 from pgpong.errors import PgpongError
 from pgpong.policy import Params
-from pgpong.runlog import RunLog, last_recorded_batch
+from pgpong.runlog import RunLog, last_recorded_batch, read_progress
 
 
 class RunWriteError(PgpongError, RuntimeError):
@@ -78,6 +79,13 @@ def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> R
     `given` holds the settings the user gave. Resuming keeps the saved learning
     settings: giving a different one is refused.
     """
+    try:
+        return _open_run(directory, given, resume_from)
+    except OSError as exc:  # (a folder the user may not read, say)
+        raise ConfigError(f"cannot read the run directory {directory}: {exc.strerror or exc}") from None
+
+
+def _open_run(directory: Path, given: dict, resume_from: Path | None) -> Run:
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"run directory {directory} exists and is not a directory")
     config_file = directory / "config.json"
@@ -101,8 +109,22 @@ def open_run(directory: Path, given: dict, resume_from: Path | None = None) -> R
             "drop those flags, or start a new run with another --run-dir"
         )
     run = Run(directory, config, state=None, resumed=True)  # type: ignore[arg-type]
+    _check_progress(run.progress_path)
     run.state, run.resumed_from, run.skipped = _resume_state(run, resume_from)
     return run
+
+
+def _check_progress(path: Path) -> None:
+    """A resumed run reads its progress.csv (and trims it): refuse one it cannot read."""
+    try:
+        if path.exists() and not path.is_file():  # a pipe would never end
+            raise OSError("not a regular file")
+        read_progress(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(
+            f"{path}: cannot be read ({why}); move it aside to resume the run without its rows so far"
+        ) from None
 
 
 def _resume_state(run: Run, resume_from: Path | None) -> tuple[TrainingState, Path | None, list[str]]:
@@ -165,10 +187,11 @@ def check_run_dir_writable(run: Run) -> None:
     while not existing.exists():
         existing = existing.parent
     try:
-        if not existing.is_dir():
-            raise OSError(f"{existing} is not a directory")
-        with tempfile.TemporaryFile(dir=existing):  # as root, permission bits say nothing
-            pass
+        for folder in (existing, run.checkpoint_dir) if run.checkpoint_dir.exists() else (existing,):
+            if not folder.is_dir():
+                raise OSError(f"{folder} is not a directory")
+            with tempfile.TemporaryFile(dir=folder):  # as root, permission bits say nothing
+                pass
     except OSError as exc:
         raise ConfigError(f"cannot write the run directory {run.directory}: {exc}") from None
     needed = (run.config.keep_checkpoints + 1) * checkpoint_bytes(run.config.hidden) + 2**20
