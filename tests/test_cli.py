@@ -445,3 +445,14 @@ def test_the_command_to_run_again_splits_back_into_the_command_that_ran(monkeypa
 
     monkeypatch.setattr(sys, "argv", ["/somewhere/pgpong/__main__.py", "study", "a name", "--seeds", "0,1"])
     assert shlex.split(this_command_again()) == [sys.executable, "-m", "pgpong", "study", "a name", "--seeds", "0,1"]
+
+
+def test_an_unknown_flag_names_the_command_whose_help_to_read():
+    proc = run_pgpong("train", "--no-such-flag")
+    assert_one_line_error(proc, "pgpong train: error: unrecognized arguments: --no-such-flag", "pgpong train --help")
+
+
+def test_an_empty_run_dir_is_refused_not_taken_for_here(tmp_path):
+    proc = run_pgpong("train", "--run-dir", "", "--iterations", "1", cwd=tmp_path)
+    assert_one_line_error(proc, "--run-dir: an empty path")
+    assert list(tmp_path.iterdir()) == []

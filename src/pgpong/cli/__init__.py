@@ -41,6 +41,7 @@ def build_parser() -> Parser:
     pictures.add_parsers(sub)
     bench.add_parser(sub)
     study.add_parser(sub)
+    parser.command_parsers = sub.choices
     return parser
 
 
@@ -56,7 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # told by the command's own parser, so that its --help is the one named
+        parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return COMMANDS[args.command](args)
     except bad_input() as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,7 +38,16 @@ def raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
+def given_path(text: str) -> Path:
+    """A path flag's value: an empty one is a mistake, not the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
+
+
 class Parser(argparse.ArgumentParser):
+    command_parsers: Mapping[str, argparse.ArgumentParser]  # (pgpong's own: its commands' parsers, by name)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 

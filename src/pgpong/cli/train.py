@@ -7,7 +7,6 @@ import os
 import shlex
 import signal
 import sys
-from pathlib import Path
 
 from pgpong.cli.common import (
     EXIT_BAD_INPUT,
@@ -17,6 +16,7 @@ from pgpong.cli.common import (
     Terminated,
     bad_input,
     fail,
+    given_path,
     note,
     pgpong_command,
     resume_command,
@@ -55,14 +55,14 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--run-dir",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="DIR",
         help="run directory (default: runs/<env>__<seed>__<time>); an existing run is resumed",
     )
     p.add_argument(
         "--resume-from",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="FILE",
         help="resume from this checkpoint instead of the newest good one",
