@@ -144,12 +144,123 @@ def test_bad_study_input_is_one_line_and_status_2(tmp_path, capsys):
         "--learning-rate must be in": ["study", "x", "--grid", "lr=2", "--max-matches", "4"],
         "no study x": ["study", "x", "--report"],
     }
+    for expected, flags in (  # out of range, not finite, or an environment a trial could not make
+        ("trial batch-size=-1 seed=0: --batch-size must be at least 1", "--grid batch-size=-1 --max-matches 4"),
+        ("learning-rate: '1e999' is not a finite number", "--grid lr=1e999 --max-matches 4"),
+        ("trial env-id=Nope-v0 seed=0: unknown environment id 'Nope-v0'", "--grid env-id=Nope-v0 --max-matches 4"),
+        ("id 'ALE/Breakout-v5' is not Pong", "--grid env-id=ALE/Pong-v5,ALE/Breakout-v5 --max-matches 4"),
+        ("--max-minutes must be positive and at most 525,600 (a year), got inf", "--grid lr=1e-3 --max-minutes inf"),
+        ("--max-minutes must be positive and at most 525,600 (a year), got 1e+", "--grid lr=1 --max-minutes 1e300"),
+        ("--max-env-steps must be at least 1 and at most 100,000,000,000", f"--grid lr=1 --max-env-steps {'9' * 23}M"),
+        (
+            "--max-matches must be at least 1 and at most 1,000,000,000 (a year of play), got -5",
+            "--grid lr=1 --max-matches=-5",
+        ),
+        ("--until running_reward must be in [-21, 21], got inf", "--grid lr=1e-3 --until running_reward=inf"),
+    ):
+        cases[expected] = ["study", "x", *shlex.split(flags)]
     for expected, args in cases.items():
         status, out, err = pgpong(capsys, *args, "--root", root)
         assert status == 2, (args, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (args, err)
     assert list(tmp_path.iterdir()) == []  # nothing was written
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+def test_a_root_that_is_a_file_or_cannot_be_written_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    args = ["study", "x", "--grid", "lr=1e-3", "--max-matches", "4", "--root"]
+    for root, expected in (
+        (afile, f"{afile} is in the way: it is not a directory"),
+        (afile / "studies", f"{afile} is not a directory: give --root a directory"),
+    ):
+        status, out, err = pgpong(capsys, *args, str(root))
+        assert status == 2, err
+        [line] = err.strip().splitlines()
+        assert expected in line
+    trial = tmp_path / "made" / "x" / "trials" / "lr=0.001__seed=0"
+    trial.parent.mkdir(parents=True)
+    trial.write_text("")  # a file where a trial's run directory goes
+    status, out, err = pgpong(capsys, *args, str(tmp_path / "made"), "--seeds", "0")
+    assert status == 2 and f"{trial} is in the way" in err.strip(), err
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(plan.tempfile, "TemporaryFile", refused)  # a read-only directory, even as root
+    status, out, err = pgpong(capsys, *args, str(tmp_path / "ro"))
+    assert status == 2, err
+    [line] = err.strip().splitlines()
+    assert f"cannot write the study in {tmp_path}: Permission denied; give --root a directory" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "made"]  # nothing new
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+def test_a_broken_study_json_or_progress_csv_is_named_in_one_line(tmp_path, capsys):
+    good = {"name": "s", "grid": {"learning_rate": [0.001]}, "fixed": {}, "seeds": [0], "stops": {"matches": 2}}
+    cases = {
+        "maximum recursion depth": "[" * 100_000 + "]" * 100_000,
+        "its grid learning_rate is not a list": json.dumps({**good, "grid": {"learning_rate": "x"}}),
+        "learning-rate 'x' is not a float": json.dumps({**good, "grid": {"learning_rate": ["x"]}}),
+        "--learning-rate must be in (0, 1]": json.dumps({**good, "grid": {"learning_rate": [5.0]}}),
+        "'colour' is not a setting": json.dumps({**good, "fixed": {"colour": 1}}),
+        "--seed must be in [0, 2**32), got 1.5": json.dumps({**good, "seeds": [1.5]}),
+        "--max-minutes must be positive and at most 525,600 (a year), got inf": json.dumps(
+            {**good, "stops": {"minutes": float("inf")}}
+        ),
+        "it has no 'seeds'": json.dumps({k: v for k, v in good.items() if k != "seeds"}),
+        "too large for a study's plan": " " * (plan.MAX_PLAN_BYTES + 1) + json.dumps(good),
+    }
+    for expected, text in cases.items():
+        (tmp_path / "s").mkdir(exist_ok=True)
+        (tmp_path / "s" / "study.json").write_text(text)
+        for args in (
+            ["study", "s", "--root", str(tmp_path), "--report"],
+            ["plot", str(tmp_path / "s"), "--by", "setting"],
+        ):
+            status, out, err = pgpong(capsys, *args)
+            assert status == 2, (expected, args, err)
+            [line] = err.strip().splitlines()
+            assert f"cannot read {tmp_path / 's' / 'study.json'}: " in line and expected in line, (args, line)
+    (tmp_path / "s" / "study.json").unlink()
+    (tmp_path / "s" / "study.json").mkdir()
+    status, out, err = pgpong(capsys, "study", "s", "--root", str(tmp_path), "--report")
+    assert status == 2 and "study.json: it is not a regular file" in err.strip(), err
+    (tmp_path / "s" / "study.json").rmdir()
+    (tmp_path / "s" / "study.json").write_text(json.dumps(good))
+    trial = tmp_path / "s" / "trials" / "lr=0.001__seed=0"
+    trial.mkdir(parents=True)
+    (trial / "progress.csv").write_bytes(bytes(range(128, 256)) * 4)
+    status, out, err = pgpong(capsys, "study", "s", "--root", str(tmp_path), "--report")
+    [line] = err.strip().splitlines()
+    assert status == 2 and f"cannot read {trial / 'progress.csv'}: 'utf-8' codec can't decode" in line, err
+    assert f"move the trial's directory {trial} away" in line
+    again = ["study", "s", "--grid", "lr=1e-3", "--seeds", "0", "--max-matches", "2", "--root", str(tmp_path)]
+    status, out, err = pgpong(capsys, *again)  # continuing it: refused before Ray starts
+    assert status == 2 and "progress.csv: 'utf-8' codec can't decode" in err.strip().splitlines()[-1], err
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    (trial / "progress.csv").unlink()
+    (trial / "progress.csv").mkdir()
+    status, out, err = pgpong(capsys, "study", "s", "--root", str(tmp_path), "--report")
+    assert status == 2 and "progress.csv: it is not a regular file" in err.strip(), err
+
+
+def test_a_study_json_or_progress_csv_that_is_a_pipe_does_not_hang(tmp_path):
+    good = {"name": "s", "grid": {"learning_rate": [0.001]}, "fixed": {}, "seeds": [0], "stops": {"matches": 2}}
+    (tmp_path / "s").mkdir()
+    os.mkfifo(tmp_path / "s" / "study.json")
+    proc = run_pgpong("study", "s", "--root", str(tmp_path), "--report", timeout=60)
+    assert proc.returncode == 2 and "study.json: it is not a regular file" in proc.stderr, proc.stderr
+    (tmp_path / "s" / "study.json").unlink()
+    (tmp_path / "s" / "study.json").write_text(json.dumps(good))
+    trial = tmp_path / "s" / "trials" / "lr=0.001__seed=0"
+    trial.mkdir(parents=True)
+    os.mkfifo(trial / "progress.csv")
+    proc = run_pgpong("study", "s", "--root", str(tmp_path), "--report", timeout=60)
+    assert proc.returncode == 2 and "progress.csv: it is not a regular file" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_more_cpus_per_trial_than_the_machine_has_is_refused_before_ray_starts(tmp_path, capsys):
@@ -188,6 +299,7 @@ def test_plan_reads_values_as_train_does_and_stops_say_why():
         "workers": 0,
     }
     assert plan.count("20M") == 20_000_000 and plan.count("1.5k") == 1500
+    assert plan.count("-1") == -1 and plan.count("99999999999999999999") == 99999999999999999999  # exact
     with pytest.raises(ValueError):
         plan.count("1.2345k")
     stops = plan.Stops(running_reward=0.0, env_steps=1000)

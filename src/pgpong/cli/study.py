@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     )
     check(bool(args.grid), "give at least one --grid SETTING=V1,V2 (for seeds of one setting: --grid lr=2e-3)")
     found = plan.build(args.name, args.grid, args.set, list(args.seeds), stops, args.workers_per_trial, root)
+    found.check_writable()
     found.check_same_as_saved()
     plan.check_trials_as_made(found)
     return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)

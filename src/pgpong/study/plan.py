@@ -12,11 +12,15 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
+import stat
+import tempfile
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from pgpong.config import ConfigError, TrainConfig, check, settings
+from pgpong.config import ConfigError, TrainConfig, check, is_int, is_number, settings
 
 STUDIES = Path("runs") / "studies"
 NOT_VARIED = {
@@ -24,6 +28,11 @@ NOT_VARIED = {
     "workers": "use --workers-per-trial",
 }
 SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9}
+# The largest stops: past these a trial would play for more than a year (a few thousand env steps a second).
+MAX_ENV_STEPS = 100 * 10**9
+MAX_MATCHES = 10**9
+MAX_MINUTES = 60 * 24 * 365
+MAX_PLAN_BYTES = 2**20  # a study.json is a few hundred bytes
 
 
 def setting_names() -> dict[str, dataclasses.Field]:
@@ -58,23 +67,23 @@ def parse_value(f: dataclasses.Field, text: str) -> Any:
         if kind == "str":
             check(text != "", f"--grid/--set {flag(f.name)}: a value is empty")
             return text
-        if kind == "float":
-            value = float(text)
-            check(math.isfinite(value), f"--grid/--set {flag(f.name)}: {text!r} is not a finite number")
-            return value
-        return int(count(text))
+        if kind != "float":
+            return count(text)
+        value = float(text)
     except ValueError:
         what = "a number" if kind == "float" else "a whole number"
         raise ConfigError(f"--grid/--set {flag(f.name)}: {text!r} is not {what}") from None
+    check(math.isfinite(value), f"--grid/--set {flag(f.name)}: {text!r} is not a finite number")
+    return value
 
 
 def count(text: str) -> int:
-    """'20M' -> 20_000_000, '500k' -> 500_000, '3000' -> 3000."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*", text)
+    """'20M' -> 20_000_000, '500k' -> 500_000, '3000' -> 3000, '-1' -> -1 (the checks say what is wrong)."""
+    match = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*([kKmMgG]?)\s*", text)
     if not match:
         raise ValueError(text)
-    value = float(match.group(1)) * SUFFIXES.get(match.group(2).lower(), 1)
-    if value != int(value):
+    value = Fraction(match.group(1)) * SUFFIXES.get(match.group(2).lower(), 1)  # exact, however long
+    if value.denominator != 1:
         raise ValueError(text)
     return int(value)
 
@@ -108,20 +117,26 @@ class Stops:
     matches: int | None = None
     minutes: float | None = None
 
-    def validate(self) -> Stops:
+    def validate(self, needed: bool = True) -> Stops:
+        """Return self, or raise ConfigError naming the first bad stop (or, if needed, that none is given)."""
         check(
-            any(v is not None for v in dataclasses.asdict(self).values()),
+            not needed or any(v is not None for v in dataclasses.asdict(self).values()),
             "a study needs a stop: --until running_reward=R, --max-env-steps N, --max-matches N or --max-minutes M",
         )
-        if self.running_reward is not None:
-            check(
-                -21 <= self.running_reward <= 21,
-                f"--until running_reward must be in [-21, 21], got {self.running_reward}",
-            )
-        for name in ("env_steps", "matches"):
+        check(
+            self.running_reward is None or (is_number(self.running_reward) and -21 <= self.running_reward <= 21),
+            f"--until running_reward must be in [-21, 21], got {self.running_reward}",
+        )
+        for name, most in (("env_steps", MAX_ENV_STEPS), ("matches", MAX_MATCHES)):
             value = getattr(self, name)
-            check(value is None or value >= 1, f"--max-{flag(name)} must be at least 1, got {value}")
-        check(self.minutes is None or self.minutes > 0, f"--max-minutes must be positive, got {self.minutes}")
+            check(
+                value is None or (is_int(value) and 1 <= value <= most),
+                f"--max-{flag(name)} must be at least 1 and at most {most:,} (a year of play), got {value}",
+            )
+        check(
+            self.minutes is None or (is_number(self.minutes) and 0 < self.minutes <= MAX_MINUTES),
+            f"--max-minutes must be positive and at most {MAX_MINUTES:,} (a year), got {self.minutes}",
+        )
         return self
 
     def reached(self, running_reward: float | None, env_steps: int, matches: int, wall_s: float) -> str | None:
@@ -224,7 +239,8 @@ class Study:
             "workers_per_trial": self.workers_per_trial,
         }
 
-    def validate(self) -> Study:
+    def validate(self, needs_stop: bool = True) -> Study:
+        """Return self, or raise ConfigError naming the first bad part of the plan."""
         check(
             bool(self.name)
             and self.name not in (".", "..")
@@ -239,10 +255,10 @@ class Study:
         both = set(self.grid) & set(self.fixed)
         check(not both, f"{', '.join(map(flag, both))} is both in --grid and in --set")
         check(
-            isinstance(self.workers_per_trial, int) and self.workers_per_trial >= 0,
+            is_int(self.workers_per_trial) and self.workers_per_trial >= 0,
             f"--workers-per-trial must be 0 or more, got {self.workers_per_trial}",
         )
-        self.stops.validate()
+        self.stops.validate(needs_stop)
         for trial in self.trials():
             try:
                 TrainConfig(**trial.settings).validate()
@@ -250,7 +266,41 @@ class Study:
                 raise ConfigError(f"trial {trial.label}: {exc}") from None
         return self
 
+    def check_environments(self) -> Study:
+        """Refuse an environment id a trial could not make, as `pgpong train` would."""
+        from pgpong.envs import UnknownEnvironment, check_env_id
+
+        checked = set()
+        for trial in self.trials():
+            env_id = TrainConfig(**trial.settings).env_id
+            if env_id not in checked:
+                try:
+                    check_env_id(env_id)
+                except UnknownEnvironment as exc:
+                    raise ConfigError(f"trial {trial.label}: {exc}") from None
+                checked.add(env_id)
+        return self
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is written, a --root or study directory that cannot take the study."""
+        places = [self.directory / "tune", *(t.directory for t in self.trials())]
+        for path in (self.root, self.directory, self.directory / "trials", *places):
+            check(
+                not os.path.lexists(path) or path.is_dir(),
+                f"{path} is in the way: it is not a directory; remove it or give --root another directory",
+            )
+        for path in {_nearest_existing(p) for p in places}:
+            check(path.is_dir(), f"{path} is not a directory: give --root a directory")
+            try:
+                with tempfile.TemporaryFile(dir=path):  # as root, permission bits say nothing
+                    pass
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot write the study in {path}: {exc.strerror or exc}; give --root a directory you can write"
+                ) from None
+
     def save(self) -> None:
+        """study.json, whole or not at all."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.plan_path.with_name("study.json.tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
@@ -270,6 +320,13 @@ class Study:
             )
 
 
+def _nearest_existing(path: Path) -> Path:
+    """path, or its nearest ancestor that exists."""
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_trials_as_made(study: Study) -> None:
     """Refuse to continue a trial whose run was made with other learning settings than
     the study's flags give it now (the batch rule's defaults changed since, or a --set
@@ -280,6 +337,7 @@ def check_trials_as_made(study: Study) -> None:
         config_file = trial.directory / "config.json"
         if not config_file.exists():
             continue
+        check(config_file.is_file(), f"{config_file} is not a regular file: move that trial's directory away")
         made, now = load_config(config_file), TrainConfig(**trial.settings)
         changed = made.learning_differences(now)
         if changed:
@@ -299,23 +357,64 @@ def describe(study: Study) -> str:
 
 
 def load_study(root: Path, name: str) -> Study | None:
-    """The study saved under root/name, or None if there is none."""
+    """The study saved under root/name, or None if there is none; checked whole, as
+    build() checks one, so that a study.json that is not one is named at once."""
     path = root / name / "study.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
+    if re.fullmatch(r"[A-Za-z0-9._-]+", name) is None or name in (".", ".."):  # `plot . --by setting`
+        root, name = (root / name).resolve().parent, (root / name).resolve().name
     try:
-        data = json.loads(path.read_text())
-        return Study(
-            name=data["name"],
+        data = _object(json.loads(_read_plan(path)), "study.json")
+        fields = {f.name: f for f in settings(TrainConfig)}
+        study = Study(
+            name=name,  # the directory's: a study copied under another name reads its own trials
             root=root,
-            grid={k: list(v) for k, v in data["grid"].items()},
-            fixed=dict(data["fixed"]),
-            seeds=[int(s) for s in data["seeds"]],
-            stops=Stops(**data.get("stops", {})),
-            workers_per_trial=int(data.get("workers_per_trial", 0)),
+            grid={
+                k: [_typed(fields, k, v) for v in _list(vs, f"grid {k}")]
+                for k, vs in _object(data["grid"], "grid").items()
+            },
+            fixed={k: _typed(fields, k, v) for k, v in _object(data["fixed"], "fixed").items()},
+            seeds=_list(data["seeds"], "seeds"),
+            stops=Stops(**_object(data.get("stops", {}), "stops")),
+            workers_per_trial=data.get("workers_per_trial", 0),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
+        return study.validate(needs_stop=False)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        why = f"it has no {exc}" if isinstance(exc, KeyError) else exc
+        raise ConfigError(f"cannot read {path}: {why}; fix it, or remove it and give the study's flags again") from None
+
+
+def _read_plan(path: Path) -> str:
+    """study.json's text; a pipe, a device or a file too large for a plan is refused unread."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe would block its opener
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("it is not a regular file")
+    with open(fd, "rb") as f:
+        data = f.read(MAX_PLAN_BYTES + 1)
+    if len(data) > MAX_PLAN_BYTES:
+        raise ValueError(f"it is larger than {MAX_PLAN_BYTES // 2**20} MB, too large for a study's plan")
+    return data.decode("utf-8")
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    check(isinstance(value, dict), f"its {what} is not a JSON object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    check(isinstance(value, list), f"its {what} is not a list")
+    return value
+
+
+def _typed(fields: dict[str, dataclasses.Field], name: str, value: Any) -> Any:
+    """A setting's value as study.json gives it, if it is one parse_value could have made."""
+    check(name in fields and name not in NOT_VARIED, f"{name!r} is not a setting a study varies or fixes")
+    kind = str(fields[name].type).split(" ")[0]
+    ok = isinstance(value, str) if kind == "str" else is_int(value) or (kind == "float" and is_number(value))
+    check(ok, f"{flag(name)} {value!r} is not {'text' if kind == 'str' else 'a ' + kind}")
+    return value
 
 
 def build(
@@ -339,4 +438,5 @@ def build(
         key, values = parse_assignment(text, "--set")
         check(len(values) == 1, f"--set {flag(key)} takes one value (to try several, use --grid)")
         parsed_fixed[key] = parse_value(names[key], values[0])
-    return Study(name, root, parsed_grid, parsed_fixed, list(seeds), stops, workers_per_trial).validate()
+    study = Study(name, root, parsed_grid, parsed_fixed, list(seeds), stops, workers_per_trial)
+    return study.validate().check_environments()

@@ -7,12 +7,15 @@ bootstrap 95% interval of it, as rliable reports Atari results."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pgpong.config import ConfigError
 from pgpong.runlog import read_progress
 from pgpong.study.plan import Study, Trial
 
@@ -24,12 +27,29 @@ BOOTSTRAP_RESAMPLES = 2000
 def curve(directory: Path) -> list[dict[str, float]]:
     """A trial's complete progress rows as numbers (none yet: an empty list)."""
     rows = []
-    for row in read_progress(directory / "progress.csv"):
+    for row in progress(directory):
         try:
-            rows.append({k: float(row[k]) for k in ("episodes", "env_steps", "wall_s", "running_reward")})
+            numbers = {k: float(row[k]) for k in ("batch", "episodes", "env_steps", "wall_s", "running_reward")}
         except (TypeError, ValueError, KeyError):
             break  # a last row cut short
+        if None in row.values() or not all(map(math.isfinite, numbers.values())):
+            break  # a last row cut short, or not a row pgpong wrote
+        rows.append(numbers)
     return rows
+
+
+def progress(directory: Path) -> list[dict[str, str]]:
+    """The rows of a trial's progress.csv (none yet: an empty list); one that cannot be
+    read (binary, a directory, a pipe) is named, not a traceback or a wait."""
+    path = directory / "progress.csv"
+    try:
+        if path.exists() and not path.is_file():
+            raise OSError("it is not a regular file")
+        return read_progress(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc}; move the trial's directory {directory} away (the study trains it anew)"
+        ) from None
 
 
 def first_reach(rows: list[dict[str, float]], threshold: float) -> dict[str, float] | None:

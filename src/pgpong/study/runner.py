@@ -23,8 +23,8 @@ from typing import Any, TextIO
 from pgpong.config import ConfigError
 from pgpong.errors import PgpongError
 from pgpong.rundir import RunBusy, RunLock
-from pgpong.runlog import read_progress
 from pgpong.study.plan import Stops, Study, Trial
+from pgpong.study.report import curve
 
 LOCK_PATIENCE_S = 30.0  # a trial of a study killed a moment ago may still be ending
 RETRIES = 2  # Tune starts a trial whose process died again, this many times
@@ -47,7 +47,7 @@ class Totals:
 
     @classmethod
     def of_run(cls, directory: Path) -> Totals:
-        rows = [r for r in read_progress(directory / "progress.csv") if None not in r.values()]
+        rows = curve(directory)
         if not rows:
             return cls()
         last = rows[-1]
@@ -55,8 +55,8 @@ class Totals:
             int(last["batch"]),
             int(last["episodes"]),
             int(last["env_steps"]),
-            float(last["wall_s"]),
-            float(last["running_reward"]),
+            last["wall_s"],
+            last["running_reward"],
         )
 
     def done(self, stops: Stops, settings: dict[str, Any]) -> str | None:
