@@ -6,6 +6,7 @@ import statistics
 import pytest
 
 from conftest import run_pgpong
+from test_cli import assert_one_line_error
 
 
 @pytest.mark.slow
@@ -177,6 +178,23 @@ def test_bench_refuses_bad_values():
     assert proc.returncode == 2 and "--workers" in proc.stderr
     proc = run_pgpong("bench", "--original-seconds", "0")
     assert proc.returncode == 2 and "--original-seconds must be positive" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bank-policy", "shipped"], "--bank-policy sets the simulated matches' bank: it needs --simulate"),
+        (["--bank-matches", "5"], "--bank-matches sets the simulated matches' bank: it needs --simulate"),
+        (
+            ["--simulate", "1x2", "--bank-matches", "99999999999999999999"],
+            "--bank-matches must be at least 1 and at most 100, got 99999999999999999999",
+        ),
+        (["--simulate", "1x2", "--batch-sizes", "10,8193"], "--batch-sizes must be at most 8192"),
+    ],
+)
+def test_bench_refuses_what_it_would_ignore_or_never_finish(args, message):
+    proc = run_pgpong("bench", *args, timeout=60)  # at once: before Ray, before any bank is played
+    assert_one_line_error(proc, message)
 
 
 def test_with_json_stdout_carries_the_report_alone(capfd):

@@ -159,8 +159,36 @@ def test_play_bad_files_exit_2(tmp_path, case, words):
         (["--seed", "-1"], ["--seed"]),
         (["--max-episode-steps", "0"], ["--max-episode-steps"]),
         (["--env-id", "Pong-v9"], ["Pong-v9"]),
+        (["--env-id", ""], ["--env-id must not be empty"]),  # as train says, not the default in its place
+        (["--episodes", "99999999999999999999"], ["--episodes must be at most 100,000, got 99999999999999999999"]),
+        (["--episodes", "100000001"], ["--episodes must be at most 100,000"]),
     ],
 )
 def test_play_bad_flags_exit_2(weights_file, flags, words):
     proc = run_pgpong("play", str(weights_file[0]), "--workers", "0", *flags, timeout=60)
     assert_one_line_error(proc, *words)
+    assert proc.stdout == ""  # refused before a match is listed or played
+
+
+def test_play_help_states_the_bounds():
+    proc = run_pgpong("play", "--help", timeout=60)
+    help_text = " ".join(proc.stdout.split())
+    assert "matches to play, at most 100,000 (default: 10)" in help_text
+    assert "from 0.01 (a GIF frame lasts at most 655.35 s) to 240" in help_text
+
+
+def test_a_run_directory_that_cannot_be_searched_is_one_line(tmp_path, monkeypatch):
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(tmp_path), "is_dir", denied)  # chmod 000 on the run directory
+    with pytest.raises(CheckpointError, match=r"cannot read \(Permission denied\)"):
+        load_policy(tmp_path)
+
+
+def test_the_library_refuses_too_many_matches_before_listing_them():
+    from pgpong.config import ConfigError
+    from pgpong.evaluate import MAX_EPISODES, evaluate
+
+    with pytest.raises(ConfigError, match="--episodes must be at most 100,000"):
+        evaluate(None, Params.initial(4, 0), MAX_EPISODES + 1)  # type: ignore[arg-type]  # no pool needed

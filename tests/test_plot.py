@@ -159,3 +159,72 @@ def test_study_curves_keep_a_seed_that_reached_the_goal_and_drop_one_that_stoppe
     # at 300k: seed 0 holds +1 (done), seed 1 is at -5, seed 2 has left the statistics
     assert (found["median"][k], found["min"][k], found["max"][k]) == (-2.0, -5.0, 1.0)
     assert not found["all_seeds"][k] and found["all_seeds"][at[200_000]]
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("running_reward", "1.7e308"),
+        ("episodes", "1e308"),
+        ("score_max", "inf"),
+        ("steps_per_s", "nan"),
+        ("wall_s", "-5"),
+    ],
+)
+def test_a_value_no_run_writes_is_refused_naming_file_line_and_column(tmp_path, column, value):
+    run = fake_run(tmp_path / "run", batches=5)
+    with open(run / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[2][column] = value  # line 4 of the file
+    with open(run / "progress.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, NEEDED)
+        writer.writeheader()
+        writer.writerows(rows)
+    for x in ("episodes", "hours"):
+        proc = run_pgpong("plot", str(run), "--x", x, timeout=120)
+        assert_one_line_error(proc, str(run / "progress.csv"), "line 4", f"column {column}", value, "delete that line")
+    assert not (run / "learning.png").exists()
+
+
+def test_a_progress_csv_that_is_no_text_file_is_refused(tmp_path):
+    import os
+
+    runs = {name: tmp_path / name for name in ("fifo", "folder", "binary", "missing")}
+    for run in runs.values():
+        run.mkdir()
+    os.mkfifo(runs["fifo"] / "progress.csv")  # nothing writes to it: reading would wait for ever
+    (runs["folder"] / "progress.csv").mkdir()
+    (runs["binary"] / "progress.csv").write_bytes(bytes(range(128, 256)) * 8)
+    expected = {
+        "fifo": "not a regular file",
+        "folder": "not a regular file",
+        "binary": "not UTF-8 text",
+        "missing": "no progress.csv",
+    }
+    for name, words in expected.items():
+        proc = run_pgpong("plot", str(runs[name]), timeout=60)
+        assert_one_line_error(proc, str(runs[name]), words)
+    proc = run_pgpong("plot", str(tmp_path / "nowhere"), timeout=60)  # the run, not the picture beside it
+    assert_one_line_error(proc, f"{tmp_path / 'nowhere'}: no such run directory")
+    proc = run_pgpong(
+        "plot", str(fake_run(tmp_path / "ok", batches=3)), "--output", str(runs["binary"] / "progress.csv" / "x.png")
+    )
+    assert_one_line_error(proc, f"{runs['binary'] / 'progress.csv'} is not a directory")
+    assert sorted(p.name for p in tmp_path.rglob("*.png")) == []
+
+
+def test_an_unreadable_run_is_one_line(tmp_path, monkeypatch):
+    import os
+
+    run = fake_run(tmp_path / "run", batches=3)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "open", denied)  # progress.csv chmod 000
+    with pytest.raises(PlotError, match=r"progress.csv: cannot read \(Permission denied\)"):
+        read_curve(run)
+    monkeypatch.undo()
+    monkeypatch.setattr(type(run), "exists", lambda self: denied())  # the run directory chmod 000
+    with pytest.raises(PlotError, match="cannot read"):
+        read_curve(run)

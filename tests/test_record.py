@@ -1,6 +1,7 @@
 """Recordings read back: frame count, size and rate of MP4 and GIF files, frames that
 differ, numbered files, the GIF size limit, atomic writes and refused outputs."""
 
+import io
 from typing import Any, cast
 
 import numpy as np
@@ -228,3 +229,28 @@ def test_mp4_frames_stream_to_the_encoder_and_an_interrupted_match_leaves_no_fil
     _, frames = read_mp4(out)
     assert len(frames) == whole.count == result.steps
     assert [p.name for p in tmp_path.iterdir()] == ["stream.mp4"]
+
+
+def test_an_output_under_a_file_is_said_to_be_not_a_directory(tmp_path, agent):
+    (tmp_path / "afile").write_text("not a directory")
+    for name in ("afile/match.gif", "afile/deeper/match.mp4"):
+        proc = run_pgpong(
+            "play", str(agent), "--workers", "0", "--max-episode-steps", "20", "--record", str(tmp_path / name)
+        )
+        assert_one_line_error(proc, f"{tmp_path / 'afile'} is not a directory")
+        assert "does not exist" not in proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
+def test_fps_below_what_a_gif_can_hold_is_refused_before_playing(tmp_path, agent):
+    out = tmp_path / "slow.gif"
+    flags = ["--workers", "0", "--max-episode-steps", "20", "--record", str(out), "--fps", "0.001"]
+    proc = run_pgpong("play", str(agent), *flags)
+    assert_one_line_error(proc, "--fps must be from 0.01 to 240", "655.35 s", "got 0.001")
+    assert "match 1" not in proc.stdout and list(tmp_path.iterdir()) == []
+    with pytest.raises(record.RecordingError, match="--fps"):  # the library's own callers too
+        record.Recorder(out, 0.001)
+    # The slowest rate allowed is one every format holds: GIF's 16-bit delay, in 1/100 s.
+    gif = record._gif_bytes([Image.new("P", (4, 4), k) for k in range(2)], record.MIN_FPS)
+    with Image.open(io.BytesIO(gif)) as image:
+        assert image.info["duration"] == 100_000  # ms: 100 s a frame

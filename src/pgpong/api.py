@@ -251,24 +251,21 @@ def evaluate_agent(
     `record_scale` times the screen's size: default 3 for MP4, 2 for GIF)."""
     from pgpong.agent import Agent
     from pgpong.envs import check_env_id
-    from pgpong.evaluate import evaluate, load_policy, match_line, record_matches
+    from pgpong.evaluate import PlayOptions, evaluate, load_policy, match_line, record_matches
     from pgpong.pool import WorkerSettings, open_pool
     from pgpong.record import check_output
     from pgpong.runlog import LiveLine
     from pgpong.session import where as pool_where
 
-    check(episodes >= 1, f"--episodes must be at least 1, got {episodes}")
-    check(workers is None or workers >= 0, f"--workers must be 0 or more, got {workers}")
-    check(0 <= seed < 2**32, f"--seed must be in [0, 2**32), got {seed}")
-    check(
-        max_episode_steps is None or max_episode_steps >= 1,
-        f"--max-episode-steps must be at least 1, got {max_episode_steps}",
-    )
-    check(
-        1 <= record_episodes <= episodes,
-        f"--record-episodes must be from 1 to --episodes ({episodes}), got {record_episodes}",
-    )
-    check(fps is None or 0 < fps <= 240, f"--fps must be in (0, 240], got {fps}")
+    PlayOptions(  # pgpong play's checks, before anything is played
+        episodes=episodes,
+        workers=workers,
+        seed=seed,
+        env_id=env_id,
+        max_episode_steps=max_episode_steps,
+        record_episodes=record_episodes,
+        fps=fps,
+    ).validate()
     check(record_scale is None or 1 <= record_scale <= 8, f"record_scale must be from 1 to 8, got {record_scale}")
     if record is not None:
         check_output(Path(record))

@@ -11,14 +11,72 @@ from pathlib import Path
 from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
+from pgpong.config import TrainConfig, check, is_int, setting
 from pgpong.policy import Params
 from pgpong.pool import Pool
+from pgpong.record import MAX_FPS, MIN_FPS, fps_error
 from pgpong.rollout import EpisodeId, MatchResult, play_match
 
 # Matches use their own seed stream: match k of an evaluation seeded s is played as
 # "episode k of batch EVAL_STREAM", a batch number no training run reaches.
 EVAL_STREAM = 2**32 - 2
 SHIPPED_AGENT = "pong-v5.npz"
+# The most matches an evaluation plays (their seeds are listed before the first starts):
+# some 3 days of full matches on one core, 20 minutes on 200.
+MAX_EPISODES = 100_000
+
+
+@dataclass(frozen=True)
+class PlayOptions:
+    """`pgpong play`'s settings (its flags are built from them, as train's are from
+    TrainConfig); the policy, --greedy and --json are flags of their own."""
+
+    episodes: int = setting(10, f"matches to play, at most {MAX_EPISODES:,}")
+    workers: int | None = setting(
+        None, "Ray workers; 0 = play in this process, without Ray", shown="the CPUs of the Ray cluster"
+    )
+    seed: int = setting(0, "match k is seeded from (seed, k)")
+    env_id: str | None = setting(
+        None, "environment id", metavar="ID", shown="the one the checkpoint was trained on, else ALE/Pong-v5"
+    )
+    max_episode_steps: int | None = setting(None, "cut matches after N steps", shown="full matches")
+    address: str | None = setting(None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else local")
+    record: Path | None = setting(
+        None,
+        "record the first match to FILE (.mp4 or .gif): the game, and beside it the difference frame the network "
+        "sees and its probability of moving up",
+        metavar="FILE",
+        parse=Path,
+        shown="none",
+    )
+    record_episodes: int = setting(1, "record the first K matches, one file each (FILE-1.mp4, ...)", metavar="K")
+    fps: float | None = setting(
+        None,
+        f"frames per second of the recording, from {MIN_FPS:g} (a GIF frame lasts at most 655.35 s) to {MAX_FPS:g}",
+        metavar="F",
+        shown="real speed, 60 / the frameskip",
+    )
+
+    def validate(self) -> PlayOptions:
+        """Return self, or raise ConfigError on a value play cannot use (TrainConfig's checks where shared)."""
+        check_episodes(self.episodes)
+        TrainConfig(
+            env_id=TrainConfig.env_id if self.env_id is None else self.env_id,
+            max_episode_steps=self.max_episode_steps,
+            workers=self.workers,
+            seed=self.seed,
+        ).validate()
+        check(
+            is_int(self.record_episodes) and 1 <= self.record_episodes <= self.episodes,
+            f"--record-episodes must be from 1 to --episodes ({self.episodes}), got {self.record_episodes}",
+        )
+        check(self.fps is None or MIN_FPS <= self.fps <= MAX_FPS, fps_error(self.fps or 0))
+        return self
+
+
+def check_episodes(episodes: int) -> None:
+    check(is_int(episodes) and episodes >= 1, f"--episodes must be at least 1, got {episodes}")
+    check(episodes <= MAX_EPISODES, f"--episodes must be at most {MAX_EPISODES:,}, got {episodes}")
 
 
 @dataclass
@@ -43,8 +101,12 @@ def load_policy(where: Path | None) -> Policy:
         if not path.exists():
             raise CheckpointError(f"the shipped agent {path} is missing from this installation")
         return _policy_of(path, f"the shipped agent ({path.name})")
-    if where.is_dir():
-        folder = where / "checkpoints" if (where / "checkpoints").is_dir() else where
+    try:
+        is_dir = where.is_dir()
+        folder = where / "checkpoints" if is_dir and (where / "checkpoints").is_dir() else where
+    except OSError as exc:  # a directory that cannot be searched
+        raise CheckpointError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if is_dir:
         found = list_checkpoints(folder)
         if not found:
             raise CheckpointError(f"{where}: no checkpoint in this directory (expected ckpt-NNNNNN.npz files)")
@@ -135,6 +197,7 @@ def evaluate(
     on_match: Callable[[MatchResult], None] | None = None,
 ) -> Summary:
     """Play `episodes` seeded matches on the pool; results come in match order."""
+    check_episodes(episodes)
     results = []
     for result in pool.evaluate(weights, match_ids(seed, episodes), greedy):
         results.append(result)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import csv
 import math
 import os
+import stat
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -37,6 +38,10 @@ NEEDED = (
     "steps_per_s",
 )
 MAX_PROGRESS_BYTES = 512 * 2**20
+# No run comes near this in any drawn column (1e15 env steps: 30 years at a million a
+# second); a value past it, inf or nan is damage, and matplotlib's axes overflow on it.
+MAX_VALUE = 1e15
+NOT_NEGATIVE = ("batch", "episodes", "env_steps", "wall_s", "steps_per_s")
 MAX_BANDS = 3  # runs drawn with their batch scores; more get the running reward only
 
 
@@ -44,16 +49,38 @@ class PlotError(PgpongError, ValueError):
     """A run cannot be drawn (no progress.csv, unreadable rows) or the picture not written."""
 
 
+def check_inputs(paths: list[Path], by: str = "run") -> None:
+    """Refuse, before the output is looked at, a run (or study) that is not there."""
+    for path in paths:
+        if by == "run":
+            progress_file(path)
+        elif not _exists(path):
+            raise PlotError(f"{path}: no such study directory")
+
+
+def progress_file(run_dir: Path) -> Path:
+    """RUN_DIR/progress.csv, or run_dir itself when it is a file; PlotError when there is none."""
+    if not _exists(run_dir):
+        raise PlotError(f"{run_dir}: no such run directory or file")
+    path = run_dir / "progress.csv" if run_dir.is_dir() else run_dir
+    if not _exists(path):
+        raise PlotError(f"{run_dir}: no progress.csv (is it a pgpong run directory?)")
+    return path
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError as exc:  # a directory above that cannot be searched
+        raise PlotError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
     """The columns of RUN_DIR/progress.csv that the plot draws, as float arrays."""
-    path = run_dir / "progress.csv" if run_dir.is_dir() else run_dir
-    if not path.is_file():
-        raise PlotError(f"{run_dir}: no progress.csv (is it a pgpong run directory?)")
-    if path.stat().st_size > MAX_PROGRESS_BYTES:
-        raise PlotError(f"{path}: {path.stat().st_size / 2**20:.0f} MB is too large for a progress.csv")
+    path = progress_file(run_dir)
     columns: dict[str, list[float]] = {name: [] for name in NEEDED}
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with _open_regular_file(path) as f:
             reader = csv.DictReader(f)
             missing = [n for n in NEEDED if n not in (reader.fieldnames or [])]
             if missing:
@@ -66,12 +93,33 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
                         break
                     raise PlotError(f"{path}: line {line} is not a row of numbers") from None
                 for name, value in zip(NEEDED, values, strict=True):
+                    if not (abs(value) <= MAX_VALUE and (value >= 0 or name not in NOT_NEGATIVE)):
+                        raise PlotError(
+                            f"{path}: line {line}, column {name}: {row[name].strip()} is not a value a run writes "
+                            f"({'0' if name in NOT_NEGATIVE else f'-{MAX_VALUE:g}'} to {MAX_VALUE:g}); "
+                            "the file is damaged: correct or delete that line"
+                        )
                     columns[name].append(value)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise PlotError(f"{path}: cannot read ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise PlotError(f"{path}: not a pgpong progress.csv (not UTF-8 text: byte {exc.start} is bad)") from None
+    except (OSError, csv.Error) as exc:
+        raise PlotError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     if not columns["batch"]:
         raise PlotError(f"{path}: no batch finished yet, nothing to draw")
     return {name: np.array(values) for name, values in columns.items()}
+
+
+def _open_regular_file(path: Path) -> TextIO:
+    """`path` opened as text, refused unless a regular file not too large (opened without
+    waiting: a FIFO would block until something writes to it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PROGRESS_BYTES:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PlotError(f"{path}: not a regular file; give a run directory or its progress.csv")
+        raise PlotError(f"{path}: {st.st_size / 2**20:.0f} MB is too large for a progress.csv")
+    return open(fd, newline="", encoding="utf-8")
 
 
 def run_label(run_dir: Path) -> str:

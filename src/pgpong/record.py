@@ -19,6 +19,10 @@ from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
 
 EMULATOR_FPS = 60  # Atari frames per second
+# A GIF frame lasts a whole number of hundredths of a second, at most 65,535 (a 16-bit
+# field: 655.35 s): 0.01 fps (100 s a frame) is well inside it, and MP4 takes it too.
+MIN_FPS = 0.01
+MAX_FPS = 240.0
 GIF_MAX_BYTES = 20 * 2**20  # a GIF is cut before it grows past about this
 GIF_CHUNK = 200  # frames encoded at a time to measure a GIF's size as it grows
 MP4_BLOCK = 16  # H.264 macro block: frame sides are made multiples of it, not resized by imageio
@@ -45,16 +49,23 @@ def check_output(path: Path, formats: tuple[str, ...] = FORMATS) -> None:
     if path.suffix.lower() not in formats:
         raise RecordingError(f"{path}: unknown extension {path.suffix or '(none)'!r}; use {' or '.join(formats)}")
     folder = path.parent
-    if not folder.is_dir():
-        raise RecordingError(f"{path}: the directory {folder} does not exist")
-    if path.is_dir():
-        raise RecordingError(f"{path}: is a directory")
     probe = folder / f".{path.name}.{os.getpid()}.probe"
     try:
+        if not folder.is_dir():
+            there = next((p for p in (folder, *folder.parents) if p.exists()), folder)  # the nearest that exists
+            if there != folder and there.is_dir():
+                raise RecordingError(f"{path}: the directory {folder} does not exist; make it first")
+            raise RecordingError(f"{path}: {there} is not a directory")
+        if path.is_dir():
+            raise RecordingError(f"{path}: is a directory")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
         raise RecordingError(f"{path}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
+def fps_error(fps: float) -> str:
+    return f"--fps must be from {MIN_FPS:g} to {MAX_FPS:g} (a GIF frame lasts at most 655.35 s), got {fps:g}"
 
 
 def numbered(path: Path, k: int, count: int) -> Path:
@@ -159,6 +170,8 @@ class Recorder:
     in the caller's `finally`) leaves no file behind."""
 
     def __init__(self, path: Path, fps: float, scale: int | None = None):
+        if not MIN_FPS <= fps <= MAX_FPS:
+            raise RecordingError(f"{path}: {fps_error(fps)}")
         self.path = path
         self.fps = fps
         self.gif = path.suffix.lower() == ".gif"

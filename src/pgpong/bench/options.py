@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgpong.config import ConfigError, TrainConfig, check, int_list, is_int, is_number, setting
+from pgpong.config import MAX_BATCH, ConfigError, TrainConfig, check, int_list, is_int, is_number, setting
 
 MAX_SLOTS = 32  # simulated workers per process at most
+# The bank's matches are played before anything is timed, and sit pinned in the head's
+# object store of 1 GB with their gradients (24 of the shipped agent's: about 100 MB).
+MAX_BANK_MATCHES = 100
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class BenchOptions:
     env_id: str = setting("ALE/Pong-v5", "environment id", metavar="ID")
     batch_sizes: tuple[int, ...] = setting(
         (1, 10, 60),
-        "batch sizes of the seconds-per-update table",
+        f"batch sizes of the seconds-per-update table, each at most {MAX_BATCH}",
         metavar="LIST",
         shown="1,10,60",
         parse=int_list,
@@ -89,7 +92,10 @@ class BenchOptions:
         "batch before ends; timed as with --lag 1)",
         metavar="S",
     )
-    bank_matches: int = setting(24, "with --simulate: real matches played first, whose lengths and gradients it uses")
+    bank_matches: int = setting(
+        24,
+        f"with --simulate: real matches played first, whose lengths and gradients it uses (at most {MAX_BANK_MATCHES})",
+    )
     pace: float | None = setting(
         None,
         "with --simulate: the bank's matches last as long as at this many env steps/s a core (the model's 2600, "
@@ -114,10 +120,18 @@ class BenchOptions:
             bool(self.batch_sizes) and min(self.batch_sizes) >= 1,
             f"--batch-sizes must be positive whole numbers, got {self.batch_sizes}",
         )
-        for name in ("train_batches", "update_batches", "memory_steps", "bank_matches"):
+        check(
+            max(self.batch_sizes) <= MAX_BATCH,
+            f"--batch-sizes must be at most {MAX_BATCH} (as --batch-size of train), got {max(self.batch_sizes)}",
+        )
+        for name in ("train_batches", "update_batches", "memory_steps"):
             value = getattr(self, name)
             if value is not None:
                 check(is_int(value) and value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        check(
+            is_int(self.bank_matches) and 1 <= self.bank_matches <= MAX_BANK_MATCHES,
+            f"--bank-matches must be at least 1 and at most {MAX_BANK_MATCHES}, got {self.bank_matches}",
+        )
         if self.simulate is not None:
             try:
                 Shape.parse(self.simulate)
@@ -136,6 +150,11 @@ class BenchOptions:
             shown = f"{self.pace:g}" if is_number(self.pace) else repr(self.pace)
             check(is_number(self.pace) and 100 <= self.pace <= 1e6, f"--pace must be 100-1000000 steps/s, got {shown}")
             check(self.simulate is not None, "--pace sets the simulated matches' pace: it needs --simulate")
+        for name in ("bank_matches", "bank_policy"):
+            check(
+                getattr(self, name) == getattr(BenchOptions, name) or self.simulate is not None,  # (its default)
+                f"--{name.replace('_', '-')} sets the simulated matches' bank: it needs --simulate",
+            )
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
             check(is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")

@@ -67,6 +67,7 @@ def add_parsers(sub) -> None:
 
 def plot(args: argparse.Namespace) -> int:
     from pgpong import api
+    from pgpong.plot import check_inputs
 
     if args.by == "setting":
         check(len(args.run_dirs) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
@@ -75,6 +76,7 @@ def plot(args: argparse.Namespace) -> int:
         raise ConfigError("--output FILE is needed to plot several runs")
     else:
         output = args.output or args.run_dirs[0] / "learning.png"
+    check_inputs(args.run_dirs, args.by)  # a missing run first, not the output beside it
     api.plot_learning_curve(*args.run_dirs, x=args.x, by=args.by, output=output)
     print(f"pgpong: wrote {output}")
     return 0

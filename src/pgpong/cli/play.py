@@ -17,6 +17,8 @@ from pgpong.cli.common import (
     fail,
     terminated,
 )
+from pgpong.config import add_flags, given
+from pgpong.evaluate import PlayOptions
 
 
 def add_parser(sub) -> None:
@@ -41,54 +43,10 @@ def _add_play_arguments(p: argparse.ArgumentParser) -> None:
         help="a checkpoint file, a run directory (its newest good checkpoint), or any .npz "
         "with W1 (H, 6400) and W2 (H,) (default: the agent shipped with pgpong)",
     )
-    p.add_argument("--episodes", type=int, default=10, metavar="N", help="matches to play (default: 10)")
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="Ray workers; 0 = play in this process, without Ray (default: the CPUs of the Ray cluster)",
-    )
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="match k is seeded from (seed, k) (default: 0)")
-    p.add_argument(
-        "--env-id",
-        default=None,
-        metavar="ID",
-        help="environment id (default: the one the checkpoint was trained on, else ALE/Pong-v5)",
-    )
+    add_flags(p, PlayOptions)
     p.add_argument("--greedy", action="store_true", help="take the likelier action instead of sampling it")
     p.add_argument(
-        "--max-episode-steps",
-        type=int,
-        default=None,
-        metavar="N",
-        help="cut matches after N steps (default: full matches)",
-    )
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
-    p.add_argument(
         "--json", action="store_true", help="print the summary as one JSON object (match lines go to stderr)"
-    )
-    p.add_argument(
-        "--record",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="record the first match to FILE (.mp4 or .gif): the game, and beside it the "
-        "difference frame the network sees and its probability of moving up",
-    )
-    p.add_argument(
-        "--record-episodes",
-        type=int,
-        default=1,
-        metavar="K",
-        help="record the first K matches, one file each (FILE-1.mp4, ...) (default: 1)",
-    )
-    p.add_argument(
-        "--fps",
-        type=float,
-        default=None,
-        metavar="F",
-        help="frames per second of the recording (default: real speed, 60 / the frameskip)",
     )
 
 
@@ -97,20 +55,21 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.cluster import ClusterError
     from pgpong.pool import PoolError
 
+    opts = PlayOptions(**given(args, PlayOptions)).validate()
     lines = sys.stderr if args.json else sys.stdout
     try:
         summary = api.evaluate_agent(
             args.checkpoint,
-            args.episodes,
-            seed=args.seed,
+            opts.episodes,
+            seed=opts.seed,
             greedy=args.greedy,
-            workers=args.workers,
-            env_id=args.env_id,
-            max_episode_steps=args.max_episode_steps,
-            address=args.address,
-            record=args.record,
-            record_episodes=args.record_episodes,
-            fps=args.fps,
+            workers=opts.workers,
+            env_id=opts.env_id,
+            max_episode_steps=opts.max_episode_steps,
+            address=opts.address,
+            record=opts.record,
+            record_episodes=opts.record_episodes,
+            fps=opts.fps,
             progress=lines,
         )
     except ClusterError as exc:
