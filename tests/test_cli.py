@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import run_pgpong
+from conftest import PGPONG, run_pgpong
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.runlog import read_progress
 
@@ -456,3 +456,15 @@ def test_an_empty_run_dir_is_refused_not_taken_for_here(tmp_path):
     proc = run_pgpong("train", "--run-dir", "", "--iterations", "1", cwd=tmp_path)
     assert_one_line_error(proc, "--run-dir: an empty path")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_goes_away_stops_pgpong_quietly(tmp_path):
+    # `pgpong ... | head`: the pipe is closed before pgpong writes; no traceback, status 141
+    command = ["train", "--run-dir", str(tmp_path / "r"), "--iterations", "1", "--workers", "0"]
+    command += ["--batch-size", "1", "--max-episode-steps", "20"]
+    proc = subprocess.Popen([*PGPONG, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141, err
+    assert err == ""

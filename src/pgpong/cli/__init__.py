@@ -4,6 +4,7 @@ builds the parser and runs a command; each command lives in a module of its own
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from pgpong.cli.common import (
     raise_terminated,
     terminated,
 )
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
 
 COMMANDS = {
     "train": train.run,
@@ -50,10 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # start-up ends here, not in a traceback.
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        return _run(argv)
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # here, where a reader gone away can still be told apart
     except KeyboardInterrupt:
         print("\npgpong: interrupted", file=sys.stderr, flush=True)
         return EXIT_SIGTERM if terminated() else EXIT_SIGINT
+    except BrokenPipeError:  # `pgpong ... | head`: the reader has what it wanted; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (nothing more to flush at exit)
+        return EXIT_BROKEN_PIPE
 
 
 def _run(argv: Sequence[str] | None) -> int:
