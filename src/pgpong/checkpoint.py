@@ -6,6 +6,7 @@ RMSProp cache, and a JSON header (counters, running reward, learning settings).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pgpong.config import MAX_HIDDEN
+from pgpong.config import MAX_HIDDEN, open_regular
 from pgpong.errors import PgpongError
 from pgpong.frames import D
 from pgpong.policy import Params
@@ -207,7 +208,7 @@ def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], 
     ever unpickled, and no array larger than its header allows is allocated."""
     _check_kind(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path, binary=True) as f, zipfile.ZipFile(f) as archive:
             shapes = _checked_members(path, archive)
             arrays = {}
             for name, (info, _shape) in shapes.items():
@@ -241,14 +242,9 @@ def _read(path: Path, need_header: bool = True) -> tuple[dict[str, np.ndarray], 
 
 
 def _check_kind(path: Path) -> None:
-    try:
-        directory, irregular = path.is_dir(), path.exists() and not path.is_file()
-    except OSError:
-        return  # (opening it says why)
-    if directory:
-        raise CheckpointError(f"{path}: is a directory (to continue a run, give it as --run-dir)")
-    if irregular:  # a pipe or a device: reading it might never end
-        raise CheckpointError(f"{path}: not a regular file")
+    with contextlib.suppress(OSError):  # (opening it says why)
+        if path.is_dir():
+            raise CheckpointError(f"{path}: is a directory (to continue a run, give it as --run-dir)")
 
 
 def _checked_members(path: Path, archive: zipfile.ZipFile) -> dict[str, tuple[zipfile.ZipInfo, tuple[int, ...]]]:

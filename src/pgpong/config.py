@@ -10,9 +10,11 @@ import argparse
 import dataclasses
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pgpong import schedule
 from pgpong.errors import PgpongError
@@ -352,13 +354,24 @@ def load_config(path: Path) -> TrainConfig:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 
 
+def open_regular(path: Path, binary: bool = False) -> IO[Any]:
+    """`path` opened to read, or OSError if it is not a regular file: a pipe would wait
+    for a writer for ever, a device might never end (so it is opened without waiting,
+    and looked at first). Text is UTF-8, its line ends kept for the csv module."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError("it is not a regular file")
+    return open(fd, "rb") if binary else open(fd, newline="", encoding="utf-8")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        if path.exists() and not path.is_file():  # a pipe would never end
-            raise ValueError("not a regular file")
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{path.stat().st_size / 2**20:.0f} MB is too large for a config.json")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ValueError(f"{size / 2**20:.0f} MB is too large for a config.json")
+            data = json.loads(f.read())
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         if not isinstance(data.get("resumes", []), list):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import csv
 import math
 import os
-import stat
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from pgpong.config import open_regular
 from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
 from pgpong.policy import Params
@@ -109,17 +109,14 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
     return {name: np.array(values) for name, values in columns.items()}
 
 
-def _open_regular_file(path: Path) -> TextIO:
-    """`path` opened as text, refused unless a regular file not too large (opened without
-    waiting: a FIFO would block until something writes to it)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PROGRESS_BYTES:
-        os.close(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PlotError(f"{path}: not a regular file; give a run directory or its progress.csv")
-        raise PlotError(f"{path}: {st.st_size / 2**20:.0f} MB is too large for a progress.csv")
-    return open(fd, newline="", encoding="utf-8")
+def _open_regular_file(path: Path) -> IO[Any]:
+    """`path` opened as text (config.open_regular: OSError for a pipe or a folder), refused if too large."""
+    f = open_regular(path)
+    size = os.fstat(f.fileno()).st_size
+    if size > MAX_PROGRESS_BYTES:
+        f.close()
+        raise PlotError(f"{path}: {size / 2**20:.0f} MB is too large for a progress.csv")
+    return f
 
 
 def run_label(run_dir: Path) -> str:

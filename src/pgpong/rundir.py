@@ -117,8 +117,6 @@ def _open_run(directory: Path, given: dict, resume_from: Path | None) -> Run:
 def _check_progress(path: Path) -> None:
     """A resumed run reads its progress.csv (and trims it): refuse one it cannot read."""
     try:
-        if path.exists() and not path.is_file():  # a pipe would never end
-            raise OSError("not a regular file")
         read_progress(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

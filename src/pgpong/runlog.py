@@ -1,7 +1,6 @@
-"""What a run reports. The trainer hands every batch's start, each finished episode and
-the batch's row to a list of outputs (sinks): progress.csv and the console line always,
-TensorBoard events and a live progress line where asked. Adding an output touches no
-training code."""
+"""What a run reports. The trainer hands every batch's start, each finished episode and the batch's row to
+a list of outputs (sinks): progress.csv and the console line always, TensorBoard events and a live progress
+line where asked. Adding an output touches no training code."""
 
 from __future__ import annotations
 
@@ -16,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+from pgpong.config import open_regular
 
 NAN = math.nan
 
@@ -409,8 +410,7 @@ class RunLog:
 
 
 def read_rows(path: Path) -> list[BatchRow]:
-    """progress.csv's complete rows as BatchRows (a column an older pgpong did not write
-    takes its default)."""
+    """progress.csv's complete rows as BatchRows (a column an older pgpong did not write takes its default)."""
     kinds = {f.name: int if f.type == "int" else float for f in fields(BatchRow)}
     return [
         BatchRow(**{name: kinds[name](value) for name, value in row.items() if name in kinds})  # type: ignore[arg-type]
@@ -422,7 +422,7 @@ def read_rows(path: Path) -> list[BatchRow]:
 def read_progress(path: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
-    with open(path, newline="") as f:
+    with open_regular(path) as f:  # (a pipe or a folder: OSError)
         return list(csv.DictReader(f))
 
 

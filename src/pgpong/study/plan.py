@@ -14,13 +14,12 @@ import json
 import math
 import os
 import re
-import stat
 import tempfile
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from pgpong.config import ConfigError, TrainConfig, check, is_int, is_number, settings
+from pgpong.config import ConfigError, TrainConfig, check, is_int, is_number, open_regular, settings
 
 STUDIES = Path("runs") / "studies"
 NOT_VARIED = {
@@ -337,7 +336,6 @@ def check_trials_as_made(study: Study) -> None:
         config_file = trial.directory / "config.json"
         if not config_file.exists():
             continue
-        check(config_file.is_file(), f"{config_file} is not a regular file: move that trial's directory away")
         made, now = load_config(config_file), TrainConfig(**trial.settings)
         changed = made.learning_differences(now)
         if changed:
@@ -387,11 +385,7 @@ def load_study(root: Path, name: str) -> Study | None:
 
 def _read_plan(path: Path) -> str:
     """study.json's text; a pipe, a device or a file too large for a plan is refused unread."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe would block its opener
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError("it is not a regular file")
-    with open(fd, "rb") as f:
+    with open_regular(path, binary=True) as f:
         data = f.read(MAX_PLAN_BYTES + 1)
     if len(data) > MAX_PLAN_BYTES:
         raise ValueError(f"it is larger than {MAX_PLAN_BYTES // 2**20} MB, too large for a study's plan")

@@ -43,8 +43,6 @@ def progress(directory: Path) -> list[dict[str, str]]:
     read (binary, a directory, a pipe) is named, not a traceback or a wait."""
     path = directory / "progress.csv"
     try:
-        if path.exists() and not path.is_file():
-            raise OSError("it is not a regular file")
         return read_progress(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError(
