@@ -152,6 +152,7 @@ BAD_INPUTS = [
     (["--max-episode-steps", "0"], ["--max-episode-steps"]),
     (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),
     (["--iterations", "-1"], ["--iterations"]),
+    (["--iterations", "0"], ["--iterations must be at least 1 (leave it out for no limit), got 0"]),
     (["--address", "localhost:99999"], ["localhost:99999", "port 99999 is out of range"]),
     (["--address", "http://127.0.0.1:8265"], ["dashboard", "GCS address"]),
 ]

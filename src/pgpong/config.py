@@ -233,8 +233,8 @@ class TrainConfig:
             f"--max-episode-steps must be at least 1, got {self.max_episode_steps!r}",
         )
         check(
-            self.iterations is None or (is_int(self.iterations) and self.iterations >= 0),
-            f"--iterations must be 0 or more, got {self.iterations!r}",
+            self.iterations is None or (is_int(self.iterations) and self.iterations >= 1),
+            f"--iterations must be at least 1 (leave it out for no limit), got {self.iterations!r}",
         )
         check(
             self.workers is None or (is_int(self.workers) and self.workers >= 0),
