@@ -161,12 +161,15 @@ def test_pickled_object_arrays_are_never_loaded(tmp_path):
         ("env_steps", True),
         ("running_reward", float("nan")),
         ("wall_s", "soon"),
+        ("info", [["env_id", "ALE/Pong-v5"]]),
+        ("info", {"env_id": 42}),  # play would take the default environment for it
     ],
 )
 def test_header_counts_and_numbers_out_of_range_are_refused(tmp_path, field, value):
     path = save_checkpoint(make_state(), tmp_path)
     rewrite(path, **{field: value})
-    with pytest.raises(CheckpointError, match=f"bad header field \\({field} is"):
+    said = "info env_id is 42" if value == {"env_id": 42} else f"{field} is"
+    with pytest.raises(CheckpointError, match=f"bad header field \\({said}"):
         load_checkpoint(path)
 
 

@@ -146,7 +146,7 @@ def load_checkpoint(path: Path) -> TrainingState:
             env_steps=_count(header, "env_steps"),
             running_reward=None if running_reward is None else _finite(running_reward, "running_reward"),
             wall_s=_finite(header["wall_s"], "wall_s"),
-            info=dict(header.get("info", {})),
+            info=_info(header),
             previous=previous,
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -167,6 +167,16 @@ def _finite(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{name} is {value!r}, not a finite number")
     return float(value)
+
+
+def _info(header: dict[str, Any]) -> dict[str, Any]:
+    info = header.get("info", {})
+    if not isinstance(info, dict):
+        raise ValueError(f"info is {type(info).__name__}, not the run's settings")
+    env_id = info.get("env_id")
+    if env_id is not None and not isinstance(env_id, str):
+        raise ValueError(f"info env_id is {env_id!r}, not an environment's name")
+    return dict(info)
 
 
 def load_weights(path: Path) -> Params:
