@@ -82,6 +82,18 @@ def test_a_cut_last_line_is_dropped_and_garbage_refused(tmp_path):
     assert set(NEEDED) <= set(lines[0].split(","))
 
 
+def test_batches_out_of_order_are_refused_naming_the_line(tmp_path):
+    run = fake_run(tmp_path / "run", batches=5)
+    lines = (run / "progress.csv").read_text().splitlines()
+    (run / "progress.csv").write_text("\n".join([lines[0], *lines[1:3], lines[4], lines[3], lines[5]]) + "\n")
+    proc = run_pgpong("plot", str(run), timeout=120)
+    assert_one_line_error(proc, str(run / "progress.csv"), "line 5 has batch 3 after batch 4", "delete that line")
+    (run / "progress.csv").write_text("\n".join([*lines, lines[-1]]) + "\n")  # the last row twice
+    with pytest.raises(PlotError, match="line 7 has batch 5 after batch 5"):
+        read_curve(run)
+    assert not (run / "learning.png").exists()
+
+
 @pytest.mark.parametrize(
     "case, words",
     [
@@ -159,6 +171,12 @@ def test_study_curves_keep_a_seed_that_reached_the_goal_and_drop_one_that_stoppe
     # at 300k: seed 0 holds +1 (done), seed 1 is at -5, seed 2 has left the statistics
     assert (found["median"][k], found["min"][k], found["max"][k]) == (-2.0, -5.0, 1.0)
     assert not found["all_seeds"][k] and found["all_seeds"][at[200_000]]
+
+    (tmp_path / "s" / "trials" / "batch-size=10__seed=1" / "progress.csv").write_text(",".join(NEEDED) + "\n")
+    assert [c["seeds"] for c in setting_curves(tmp_path / "s", "steps")] == [2]  # seed 1: no batch yet
+    (tmp_path / "s" / "trials" / "batch-size=10__seed=2" / "progress.csv").write_text("junk\n" * 3)
+    with pytest.raises(PlotError, match="seed=2/progress.csv: not a pgpong progress.csv"):
+        setting_curves(tmp_path / "s", "steps")  # damage is named, not taken for a trial not begun
 
 
 @pytest.mark.parametrize(

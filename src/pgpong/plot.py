@@ -4,6 +4,7 @@ display: a notebook shows the figure it is handed), then written to a PNG atomic
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -49,6 +50,10 @@ class PlotError(PgpongError, ValueError):
     """A run cannot be drawn (no progress.csv, unreadable rows) or the picture not written."""
 
 
+class NothingYet(PlotError):
+    """A progress.csv with its header and no finished batch yet."""
+
+
 def check_inputs(paths: list[Path], by: str = "run") -> None:
     """Refuse, before the output is looked at, a run (or study) that is not there."""
     for path in paths:
@@ -92,6 +97,11 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
                     if line > 2 and f.read(1) == "":  # a last line cut short: drop it
                         break
                     raise PlotError(f"{path}: line {line} is not a row of numbers") from None
+                if columns["batch"] and values[0] <= columns["batch"][-1]:
+                    raise PlotError(
+                        f"{path}: line {line} has batch {row['batch'].strip()} after batch {columns['batch'][-1]:g}, "
+                        "where a run writes its batches in order; the file is damaged: correct or delete that line"
+                    )
                 for name, value in zip(NEEDED, values, strict=True):
                     if not (abs(value) <= MAX_VALUE and (value >= 0 or name not in NOT_NEGATIVE)):
                         raise PlotError(
@@ -105,7 +115,7 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
     except (OSError, csv.Error) as exc:
         raise PlotError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     if not columns["batch"]:
-        raise PlotError(f"{path}: no batch finished yet, nothing to draw")
+        raise NothingYet(f"{path}: no batch finished yet, nothing to draw")
     return {name: np.array(values) for name, values in columns.items()}
 
 
@@ -197,10 +207,11 @@ def setting_curves(study_dir: Path, x: str, points: int = 400) -> list[dict]:
     column, _, factor = X_AXES[x]
     groups: dict[str, list] = {}
     for trial in study.trials():
-        try:
-            groups.setdefault(trial.setting_label, []).append(read_curve(trial.directory))
-        except PlotError:
-            groups.setdefault(trial.setting_label, [])  # a trial that has not played a batch yet
+        curves = groups.setdefault(trial.setting_label, [])
+        if not _exists(trial.directory / "progress.csv"):
+            continue  # a trial not begun
+        with contextlib.suppress(NothingYet):  # a trial that has not played a batch yet; a damaged one is named
+            curves.append(read_curve(trial.directory))
     found = []
     for label, curves in groups.items():
         curves = [c for c in curves if len(c["batch"])]
