@@ -155,6 +155,7 @@ BAD_INPUTS = [
     (["--iterations", "0"], ["--iterations must be at least 1 (leave it out for no limit), got 0"]),
     (["--address", "localhost:99999"], ["localhost:99999", "port 99999 is out of range"]),
     (["--address", "http://127.0.0.1:8265"], ["dashboard", "GCS address"]),
+    (["--address", " "], ["argument --address: an empty address", "HOST:PORT"]),  # "$HEAD" unset: not a local Ray
 ]
 
 
@@ -176,6 +177,14 @@ def test_unreachable_address_fails_fast(tmp_path):
 def test_ray_address_environment_variable_is_honoured(tmp_path):
     proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), env={"RAY_ADDRESS": "127.0.0.1:1"}, timeout=60)
     assert_one_line_error(proc, "127.0.0.1:1")
+
+
+@pytest.mark.parametrize("command", [["study", "--grid", "lr=1e-3"], ["bench", "--simulate", "1x2"], ["train"]])
+def test_an_empty_address_is_refused_by_every_command(tmp_path, command):
+    flag = "--redis-address" if command == ["train"] else "--address"
+    proc = run_pgpong(*command, flag, "", cwd=tmp_path)
+    assert_one_line_error(proc, f"pgpong {command[0]}: error: argument {flag}: an empty address")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_redis_address_is_an_alias(tmp_path):

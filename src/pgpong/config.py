@@ -68,6 +68,16 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
+def address_text(text: str) -> str:
+    """A cluster address flag's value: an empty one (an unset shell variable, say) is a
+    mistake, not a wish for a local Ray instance."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty address (leave the flag out for a local Ray instance, or give the head's HOST:PORT)"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     env_id: str = setting("ALE/Pong-v5", "Gymnasium id of the Atari Pong environment", metavar="ID")

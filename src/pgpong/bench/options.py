@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgpong.config import MAX_BATCH, ConfigError, TrainConfig, check, int_list, is_int, is_number, setting
+from pgpong.config import (
+    MAX_BATCH,
+    ConfigError,
+    TrainConfig,
+    address_text,
+    check,
+    int_list,
+    is_int,
+    is_number,
+    setting,
+)
 
 MAX_SLOTS = 32  # simulated workers per process at most
 # The bank's matches are played before anything is timed, and sit pinned in the head's
@@ -70,7 +80,11 @@ class BenchOptions:
     max_episode_steps: int | None = setting(None, "cut episodes short", shown="full matches")
     memory_steps: int = setting(10_000, "length of the episode whose peak memory is measured")
     address: str | None = setting(
-        None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else a local Ray instance"
+        None,
+        "an existing Ray cluster",
+        metavar="ADDRESS",
+        shown="$RAY_ADDRESS, else a local Ray instance",
+        parse=address_text,
     )
     seed: int = setting(0, "seed of the measured training batches")
     simulate: str | None = setting(

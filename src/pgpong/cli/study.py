@@ -19,7 +19,7 @@ from pgpong.cli.common import (
     terminated,
     this_command_again,
 )
-from pgpong.config import ConfigError, check
+from pgpong.config import ConfigError, address_text, check
 
 
 def add_parser(sub) -> None:
@@ -71,7 +71,9 @@ def _add_study_arguments(p: argparse.ArgumentParser) -> None:
         help="Ray workers per trial; 0 = the trial plays in its own process on one CPU (default: 0; the "
         "weights are the same either way)",
     )
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)")
+    p.add_argument(
+        "--address", type=address_text, default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)"
+    )
     p.add_argument("--root", type=Path, default=None, metavar="DIR", help="where studies live (default: runs/studies)")
     p.add_argument(
         "--report", action="store_true", help="print the study's table from its run directories; train nothing"

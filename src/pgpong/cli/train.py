@@ -22,7 +22,7 @@ from pgpong.cli.common import (
     resume_command,
     terminated,
 )
-from pgpong.config import AS_IN_2016, TrainConfig, add_flags, given
+from pgpong.config import AS_IN_2016, TrainConfig, add_flags, address_text, given
 
 BLAS_NOTE = """\
 BLAS threads: each rollout worker is pinned to one BLAS/OpenMP thread (threadpoolctl
@@ -69,10 +69,11 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--address",
+        type=address_text,
         default=None,
         help="address HOST:PORT of an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray instance)",
     )
-    p.add_argument("--redis-address", dest="redis_address", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--redis-address", dest="redis_address", type=address_text, default=None, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
