@@ -187,6 +187,19 @@ def test_an_empty_address_is_refused_by_every_command(tmp_path, command):
     assert list(tmp_path.iterdir()) == []
 
 
+LONG = "7" * 5000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["train", "--batch-size", LONG], ["study", "s", "--grid", f"batch-size={LONG}"], ["play", "--episodes", LONG]],
+)
+def test_a_number_of_thousands_of_digits_is_not_echoed_whole(tmp_path, args):
+    proc = run_pgpong(*args, cwd=tmp_path)
+    assert_one_line_error(proc, "77777777777777777777... (5,000 digits)")
+    assert len(proc.stderr) < 300 and list(tmp_path.iterdir()) == []
+
+
 def test_redis_address_is_an_alias(tmp_path):
     proc = run_pgpong("train", "--redis-address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r"), timeout=60)
     assert proc.returncode == 2

@@ -4,6 +4,7 @@ how to name this pgpong in a hint."""
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -49,7 +50,7 @@ class Parser(argparse.ArgumentParser):
     command_parsers: Mapping[str, argparse.ArgumentParser]  # (pgpong's own: its commands' parsers, by name)
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {shortened(message)} (see {self.prog} --help)\n")
 
 
 def bad_input() -> tuple[type[Exception], ...]:
@@ -63,8 +64,13 @@ def bad_input() -> tuple[type[Exception], ...]:
 
 
 def fail(message: str, status: int) -> int:
-    print(f"pgpong: error: {message}", file=sys.stderr, flush=True)
+    print(f"pgpong: error: {shortened(message)}", file=sys.stderr, flush=True)
     return status
+
+
+def shortened(message: str) -> str:
+    """A message that echoes a number of thousands of digits keeps its first 20 and says how long it was."""
+    return re.sub(r"\d{41,}", lambda m: f"{m[0][:20]}... ({len(m[0]):,} digits)", message)
 
 
 def note(text: str) -> None:
