@@ -245,6 +245,19 @@ def test_a_broken_study_json_or_progress_csv_is_named_in_one_line(tmp_path, caps
     (trial / "progress.csv").mkdir()
     status, out, err = pgpong(capsys, "study", "s", "--root", str(tmp_path), "--report")
     assert status == 2 and "progress.csv: it is not a regular file" in err.strip(), err
+    (trial / "progress.csv").rmdir()
+    header, row = "batch,episodes,env_steps,wall_s,running_reward", "{0},{0}0,{0}000,{1},-20.5"
+    (trial / "progress.csv").write_text("\n".join([header, row.format(1, 5), "1x,junk", row.format(3, 15)]) + "\n")
+    for args in (["study", "s", "--root", str(tmp_path), "--report"], again):  # not read as a trial at batch 1
+        status, out, err = pgpong(capsys, *args)
+        [line] = err.strip().splitlines()
+        assert status == 2 and f"{trial / 'progress.csv'}: line 3 is not a row pgpong writes" in line, err
+    (trial / "progress.csv").write_text("\n".join([header, row.format(1, 5), row.format(2, 10), "3,2"]) + "\n")
+    status, out, err = pgpong(capsys, "study", "s", "--root", str(tmp_path), "--report", "--json")
+    [setting] = json.loads(out)["settings"]  # a last row cut short: dropped, the two before it read
+    assert (
+        status == 0 and setting["at_the_end"]["0"]["matches"] == 20 and setting["at_the_end"]["0"]["env_steps"] == 2000
+    )
 
 
 def test_a_study_json_or_progress_csv_that_is_a_pipe_does_not_hang(tmp_path):

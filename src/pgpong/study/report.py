@@ -27,14 +27,20 @@ BOOTSTRAP_RESAMPLES = 2000
 def curve(directory: Path) -> list[dict[str, float]]:
     """A trial's complete progress rows as numbers (none yet: an empty list)."""
     rows = []
-    for row in progress(directory):
+    found = progress(directory)
+    for line, row in enumerate(found, start=2):
         try:
             numbers = {k: float(row[k]) for k in ("batch", "episodes", "env_steps", "wall_s", "running_reward")}
+            whole = None not in row.values() and all(map(math.isfinite, numbers.values()))
         except (TypeError, ValueError, KeyError):
-            break  # a last row cut short
-        if None in row.values() or not all(map(math.isfinite, numbers.values())):
-            break  # a last row cut short, or not a row pgpong wrote
-        rows.append(numbers)
+            whole = False
+        if whole:
+            rows.append(numbers)
+        elif line - 1 < len(found):  # (the last row may be cut short by a kill: the trial replays it)
+            raise ConfigError(
+                f"{directory / 'progress.csv'}: line {line} is not a row pgpong writes; "
+                "the file is damaged: correct or delete that line"
+            )
     return rows
 
 
