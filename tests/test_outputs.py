@@ -4,6 +4,7 @@ output is not a terminal, a live line that redraws on a terminal."""
 
 import dataclasses
 import io
+import os
 import re
 from pathlib import Path
 from typing import cast
@@ -11,7 +12,7 @@ from typing import cast
 import pytest
 
 from conftest import run_pgpong
-from pgpong.runlog import DIAGNOSTICS, BatchRow, LiveProgress, RunLog, read_progress
+from pgpong.runlog import DIAGNOSTICS, BatchRow, ConsoleLines, LiveProgress, RunLog, read_progress
 
 TAGS = [
     "charts/running_reward",
@@ -131,6 +132,30 @@ def test_live_line_on_a_terminal_then_the_permanent_line(monkeypatch):
     text = out.getvalue()
     assert "3/4 episodes" in text and "running reward -20.25" in text
     assert text.rstrip().endswith(row.console_line())
+
+
+def test_on_a_narrow_terminal_the_batch_line_is_shortened_not_wrapped(monkeypatch):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    monkeypatch.setenv("TERM", "xterm")
+    row = BatchRow(7, 70, 90000, 10.0, 1.5, -20.1, -20.0, -21, -19, 1000.0, 12345.0, 10, 2, 0)
+    seen = {}
+    for columns in (120, 94, 80, 60, 40):  # (the whole line is 94 characters)
+        master, terminal = pty.openpty()
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        with open(terminal, "w") as out:
+            ConsoleLines(out).end_batch(row, {})
+        seen[columns] = os.read(master, 4096).decode().rstrip("\r\n")
+        os.close(master)
+    assert seen[120] == row.console_line() and len(seen[120]) == 94
+    assert seen[94] == seen[80] == "batch     7 |   1.5 s | running reward  -20.10 | score -20.00 |  12,345 steps/s"
+    assert seen[60] == seen[40] == "batch     7 | running reward  -20.10 | score -20.00"  # (40 wraps it)
+    out = io.StringIO()
+    ConsoleLines(out).end_batch(row, {})  # off a terminal: the whole line, whatever $COLUMNS says
+    assert out.getvalue() == row.console_line() + "\n"
 
 
 def test_live_line_stays_off_without_a_terminal():

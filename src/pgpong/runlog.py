@@ -93,15 +93,13 @@ class BatchRow:
             **(diagnostics or {}),
         )
 
-    def console_line(self) -> str:
-        line = (
-            f"batch {self.batch:5d} | {self.batch_episodes} episodes in {self.batch_s:5.1f} s"
-            f" | running reward {self.running_reward:7.2f} | score {self.score_mean:6.2f}"
-            f" | {self.steps_per_s:7,.0f} steps/s"
-        )
-        if self.workers_replaced:
-            line += f" | {self.workers_replaced} worker(s) replaced after a crash"
-        return line
+    def console_line(self, width: int | None = None) -> str:
+        """The line per batch; where a terminal of `width` columns would wrap it, shorter."""
+        head, took, speed = f"batch {self.batch:5d}", f"{self.batch_s:5.1f} s", f"{self.steps_per_s:7,.0f} steps/s"
+        reward = f"running reward {self.running_reward:7.2f} | score {self.score_mean:6.2f}"
+        forms = [[head, f"{self.batch_episodes} episodes in {took}", reward, speed], [head, took, reward, speed]]
+        line = next((f for f in map(" | ".join, forms) if width is None or len(f) < width), f"{head} | {reward}")
+        return line + (f" | {self.workers_replaced} worker(s) replaced after a crash" if self.workers_replaced else "")
 
 
 COLUMNS = [f.name for f in fields(BatchRow)]
@@ -148,8 +146,7 @@ class ProgressCsv(_Quiet):
         rows = [r for r in read_progress(self.path) if (b := _batch_of(r)) is not None and b <= last_batch]
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="") as f:
-            # A run made before a column existed gets "nan" there: its header is
-            # rewritten here, before this pgpong appends rows with every column.
+            # (a column an older pgpong did not write gets "nan", before rows with every column follow)
             writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore", restval="nan")
             writer.writeheader()
             writer.writerows(rows)
@@ -173,7 +170,10 @@ class ConsoleLines(_Quiet):
         self.out = out
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
-        print(row.console_line(), file=self.out, flush=True)
+        width = None  # (a pipe, a file, a notebook: the whole line)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            width = os.get_terminal_size(self.out.fileno()).columns if LiveLine.wanted(self.out) else None
+        print(row.console_line(width), file=self.out, flush=True)
 
 
 class TensorBoard(_Quiet):
