@@ -153,9 +153,9 @@ def test_on_a_narrow_terminal_the_batch_line_is_shortened_not_wrapped(monkeypatc
     assert seen[120] == row.console_line() and len(seen[120]) == 94
     assert seen[94] == seen[80] == "batch     7 |   1.5 s | running reward  -20.10 | score -20.00 |  12,345 steps/s"
     assert seen[60] == seen[40] == "batch     7 | running reward  -20.10 | score -20.00"  # (40 wraps it)
-    out = io.StringIO()
-    ConsoleLines(out).end_batch(row, {})  # off a terminal: the whole line, whatever $COLUMNS says
-    assert out.getvalue() == row.console_line() + "\n"
+    plain = io.StringIO()
+    ConsoleLines(plain).end_batch(row, {})  # off a terminal: the whole line, whatever $COLUMNS says
+    assert plain.getvalue() == row.console_line() + "\n"
 
 
 def test_live_line_stays_off_without_a_terminal():
