@@ -473,6 +473,25 @@ def test_the_command_to_run_again_splits_back_into_the_command_that_ran(monkeypa
 def test_an_unknown_flag_names_the_command_whose_help_to_read():
     proc = run_pgpong("train", "--no-such-flag")
     assert_one_line_error(proc, "pgpong train: error: unrecognized arguments: --no-such-flag", "pgpong train --help")
+    assert "did you mean" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["trian"], "no command 'trian'; did you mean train? (the commands: train, play, plot, weights, bench, study)"),
+        (["xyz"], "no command 'xyz' (the commands: train, play"),
+        (
+            ["train", "--batchsize", "20"],
+            "arguments: --batchsize 20; did you mean --batch-size? (see pgpong train --help)",
+        ),
+        (["plot", "x", "--ouput=y.png"], "arguments: --ouput=y.png; did you mean --output? (see pgpong plot --help)"),
+    ],
+)
+def test_a_mistyped_command_or_flag_is_told_the_closest_one(tmp_path, args, said):
+    proc = run_pgpong(*args, cwd=tmp_path)
+    assert_one_line_error(proc, said)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_empty_run_dir_is_refused_not_taken_for_here(tmp_path):

@@ -17,6 +17,7 @@ from pgpong.cli.common import (
     EXIT_SIGTERM,
     Parser,
     bad_input,
+    did_you_mean,
     fail,
     raise_terminated,
     terminated,
@@ -67,9 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and not words[0].startswith("-") and words[0] not in COMMANDS:
+        parser.error(f"no command {words[0]!r}{did_you_mean(words[0], COMMANDS)} (the commands: {', '.join(COMMANDS)})")
+    args, unknown = parser.parse_known_args(words)
     if unknown:  # told by the command's own parser, so that its --help is the one named
-        parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        command = parser.command_parsers[args.command]
+        hint = (
+            did_you_mean(unknown[0].split("=", 1)[0], command._option_string_actions) if unknown[0][:2] == "--" else ""
+        )
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     try:
         return COMMANDS[args.command](args)
     except bad_input() as exc:

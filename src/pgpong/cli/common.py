@@ -4,10 +4,11 @@ how to name this pgpong in a hint."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -51,6 +52,12 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {shortened(message)} (see {self.prog} --help)\n")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """'; did you mean X?' for the closest of `choices` to a word mistyped, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def bad_input() -> tuple[type[Exception], ...]:
