@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
-from pgpong.config import TrainConfig, check, is_int, setting
+from pgpong.config import TrainConfig, address_text, check, is_int, setting
 from pgpong.policy import Params
 from pgpong.pool import Pool
 from pgpong.record import MAX_FPS, MIN_FPS, fps_error
@@ -40,7 +40,9 @@ class PlayOptions:
         None, "environment id", metavar="ID", shown="the one the checkpoint was trained on, else ALE/Pong-v5"
     )
     max_episode_steps: int | None = setting(None, "cut matches after N steps", shown="full matches")
-    address: str | None = setting(None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else local")
+    address: str | None = setting(
+        None, "an existing Ray cluster", metavar="ADDRESS", shown="$RAY_ADDRESS, else local", parse=address_text
+    )
     record: Path | None = setting(
         None,
         "record the first match to FILE (.mp4 or .gif): the game, and beside it the difference frame the network "
