@@ -179,7 +179,9 @@ def test_ray_address_environment_variable_is_honoured(tmp_path):
     assert_one_line_error(proc, "127.0.0.1:1")
 
 
-@pytest.mark.parametrize("command", [["study", "--grid", "lr=1e-3"], ["bench", "--simulate", "1x2"], ["play"], ["train"]])
+@pytest.mark.parametrize(
+    "command", [["study", "--grid", "lr=1e-3"], ["bench", "--simulate", "1x2"], ["play"], ["train"]]
+)
 def test_an_empty_address_is_refused_by_every_command(tmp_path, command):
     flag = "--redis-address" if command == ["train"] else "--address"
     proc = run_pgpong(*command, flag, "", cwd=tmp_path)
