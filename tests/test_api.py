@@ -116,6 +116,16 @@ def test_bad_input_raises_the_command_lines_message(tmp_path, call, flags):
     assert not (tmp_path / "runs").exists()  # nothing written, by either
 
 
+def test_an_empty_address_is_refused_not_taken_for_a_local_ray(tmp_path):
+    for call in (
+        lambda: pgpong.train(tmp_path / "r", address=" ", progress=False),
+        lambda: pgpong.evaluate_agent(address=""),
+    ):
+        with pytest.raises(pgpong.ConfigError, match="address is empty: give None for a local Ray instance"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_agent_on_raw_frames_plays_as_pgpong_plays():
     """The agent driven frame by frame on RGB screens takes exactly the actions of
     play_match, which reads the emulator's palette screens: same seeds, same match."""

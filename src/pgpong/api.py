@@ -416,6 +416,9 @@ def _path(value: str | Path | None) -> Path | None:
 
 
 def _address(address: str | None) -> str | None:
+    check(
+        address is None or bool(address.strip()), "address is empty: give None for a local Ray instance, or HOST:PORT"
+    )
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
