@@ -85,6 +85,7 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     proc = run_pgpong(
         "bench", "--simulate", "1x4", "--batch-size", "6", "--bank-matches", "3",
         "--update-batches", "3", "--lag", "1", "--json",
+        env={"RAY_ADDRESS": "127.0.0.1:1"},  # a cluster of another command's: --simulate starts its own
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

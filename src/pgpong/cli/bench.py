@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.envs import check_env_id
     from pgpong.pool import PoolError
 
-    opts = BenchOptions(**{"address": os.environ.get("RAY_ADDRESS") or None, **given(args, BenchOptions)}).validate()
+    flags = given(args, BenchOptions)
+    joins = os.environ.get("RAY_ADDRESS") if "simulate" not in flags else None  # (--simulate starts its own)
+    opts = BenchOptions(**{"address": joins or None, **flags}).validate()
     check_env_id(opts.env_id)
     with stdout_for_the_report(args.json) as out:
         try:
