@@ -136,9 +136,9 @@ class TrainConfig:
         "without --lag: play the first S of each batch's matches (S x batch, to the nearest, a half to even) "
         "with the weights from before the last update, the rest with the newest, so that on a cluster the first "
         "start while the batch before ends (the model: batch 300 on 11x18 at S 0.5, 0.85 / 0.93 of the best "
-        "whole-match schedule early / late in training, against 1.18 / 1.33 at 0; docs/SCALING.md); 0.5 is recommended for a batch of more "
-        "than one wave of the cluster's workers, where it learned as 0 did on three seeds; 0: none, as in 2016; "
-        "--lag 1 is S 1",
+        "whole-match schedule early / late in training, against 1.18 / 1.33 at 0; docs/SCALING.md); 0.5 is "
+        "recommended for a batch of more than one wave of the cluster's workers, where it learned as 0 did on "
+        "three seeds; 0: none, as in 2016; --lag 1 is S 1",
         metavar="S",
     )
     gamma: float = setting(0.99, "discount factor for rewards", metavar="GAMMA")
