@@ -476,6 +476,8 @@ def test_an_unknown_flag_names_the_command_whose_help_to_read():
     proc = run_pgpong("train", "--no-such-flag")
     assert_one_line_error(proc, "pgpong train: error: unrecognized arguments: --no-such-flag", "pgpong train --help")
     assert "did you mean" not in proc.stderr
+    proc = run_pgpong("train", "--", "--x")
+    assert_one_line_error(proc, "unrecognized arguments: -- --x (see pgpong train --help)")  # no guess for "--"
 
 
 @pytest.mark.parametrize(

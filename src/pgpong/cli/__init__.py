@@ -74,9 +74,8 @@ def _run(argv: Sequence[str] | None) -> int:
     args, unknown = parser.parse_known_args(words)
     if unknown:  # told by the command's own parser, so that its --help is the one named
         command = parser.command_parsers[args.command]
-        hint = (
-            did_you_mean(unknown[0].split("=", 1)[0], command._option_string_actions) if unknown[0][:2] == "--" else ""
-        )
+        flag = unknown[0].split("=", 1)[0]
+        hint = did_you_mean(flag, command._option_string_actions) if flag.startswith("--") and flag != "--" else ""
         command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     try:
         return COMMANDS[args.command](args)
