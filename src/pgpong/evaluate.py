@@ -33,7 +33,9 @@ class PlayOptions:
 
     episodes: int = setting(10, f"matches to play, at most {MAX_EPISODES:,}")
     workers: int | None = setting(
-        None, "Ray workers; 0 = play in this process, without Ray", shown="the CPUs of the Ray cluster"
+        None,
+        "Ray workers; 0 = play in this process, without Ray",
+        shown="the CPUs of the Ray cluster, at most --episodes",
     )
     seed: int = setting(0, "match k is seeded from (seed, k)")
     env_id: str | None = setting(
