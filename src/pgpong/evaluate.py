@@ -242,6 +242,7 @@ def record_matches(
     try:
         for match in match_ids(seed, count):
             recorder = Recorder(numbered(path, match.episode, count), fps, scale)
+            yield f"recording match {match.episode + 1} to {recorder.path}: playing it again here (tens of seconds)"
             try:
                 result = play_match(env, weights, match, greedy, observer=recorder)
                 recorder.save()
