@@ -39,6 +39,21 @@ LOCAL_RAY_PROBE = textwrap.dedent(
     ray.get(gradient_sized)
     where = ray.experimental.get_object_locations([gradient_sized])[gradient_sized]
     report = {"driver": driver, "workers": pool.blas_threads(), "result_on_nodes": where["node_ids"]}
+    # A line a worker prints, as Ray forwards it to this driver's stdout (a pipe here).
+    import io, sys, time
+    class Seen(io.TextIOBase):
+        def __init__(self, out):
+            self.out, self.text = out, ""
+        def write(self, text):
+            self.text += text
+            return self.out.write(text)
+    sys.stdout = seen = Seen(sys.stdout)
+    ray.get(ray.remote(num_cpus=0)(lambda: print("a line from a worker")).remote())
+    deadline = time.monotonic() + 30
+    while "a line from a worker" not in seen.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sys.stdout = seen.out
+    report["forwarded"] = seen.text
     # A process of this instance that outlives its raylet: a worker's child, its worker
     # stopped (stuck) as the raylet dies, so that the worker cannot end it on its way out.
     # ray.shutdown() alone leaves it for good, its parent init; stop_ray() ends it.
@@ -95,6 +110,13 @@ def test_results_come_back_in_the_reply_not_through_the_object_store(local_ray_r
 def test_stopping_pgpongs_own_ray_ends_what_outlived_its_raylet(local_ray_report):
     assert local_ray_report["straggler_lived_past_its_raylet"]
     assert not local_ray_report["straggler_left"]
+
+
+def test_what_a_worker_prints_reaches_a_pipe_without_colour_codes(local_ray_report):
+    # (a notebook or a log file is not a terminal: Ray's cyan "(pid=...)" prefix would be noise there)
+    line = next(line for line in local_ray_report["forwarded"].splitlines() if "a line from a worker" in line)
+    assert line.startswith("(") and "pid=" in line
+    assert "\x1b" not in local_ray_report["forwarded"]
 
 
 def test_local_pool_pins_one_thread_and_restores():

@@ -189,6 +189,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
     # Ray reads these when it is imported (and its C++ core when it starts), so they
     # are decided first.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not _is_terminal(sys.stdout):  # a file, a pipe, a notebook: the lines Ray forwards from workers carry
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # no colour codes (Ray reads this as it prints each one)
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # our own instance: Ray's default, chosen explicitly
     else:
@@ -218,6 +220,14 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
         if "authentication token" in str(exc).lower():
             raise ClusterError(f"the Ray cluster requires an authentication token: {TOKEN_HELP}") from None
         raise ClusterError(f"could not start Ray: {_first_line(exc)}") from None
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except ValueError:  # a closed stream
+        return False
 
 
 def cluster_cpus() -> int:
