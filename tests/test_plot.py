@@ -224,6 +224,13 @@ def test_a_progress_csv_that_is_no_text_file_is_refused(tmp_path):
         assert_one_line_error(proc, str(runs[name]), words)
     proc = run_pgpong("plot", str(tmp_path / "nowhere"), timeout=60)  # the run, not the picture beside it
     assert_one_line_error(proc, f"{tmp_path / 'nowhere'}: no such run directory")
+    assert "did you mean" not in proc.stderr  # nothing beside it is close
+    for command in ("plot", "play", "weights"):  # a name mistyped: the closest one beside it
+        proc = run_pgpong(command, str(tmp_path / "foldr"), timeout=60)
+        assert_one_line_error(proc, f"{tmp_path / 'foldr'}: no such", f"; did you mean {runs['folder']}?")
+    (runs["missing"] / "study.json").write_text("{}")  # a study's directory where a run's was expected
+    proc = run_pgpong("plot", str(runs["missing"]), timeout=60)
+    assert_one_line_error(proc, "a study, not a run", f"pgpong plot --by setting {runs['missing']}")
     proc = run_pgpong(
         "plot", str(fake_run(tmp_path / "ok", batches=3)), "--output", str(runs["binary"] / "progress.csv" / "x.png")
     )

@@ -338,6 +338,16 @@ def test_report_statistics():
     assert report.first_reach(rows_, 10.0) is None
 
 
+def test_the_table_counts_seeds_reached_of_all_the_settings_seeds():
+    nothing: dict = {}
+    row = {"seeds_reached": [0], "seeds_run": [0, 1], "matches": nothing, "env_steps": nothing, "minutes": nothing}
+    setting = {"setting": "lr=0.002", "seeds": [0, 1, 2], "thresholds": {"+0": row}, "at_the_end": {}}
+    table = report.markdown({"settings": [setting]}).splitlines()
+    assert table[2].split(" | ")[2] == "1/3 (1 not started)"  # seed 0 reached it, 1 has not, 2 has no row yet
+    row["seeds_run"] = [0, 1, 2]
+    assert report.markdown({"settings": [setting]}).splitlines()[2].split(" | ")[2] == "1/3"
+
+
 def test_a_trial_made_with_other_learning_settings_is_not_continued_with_new_ones(tmp_path, capsys):
     """A trial begun before the batch rule (batch 60 at lr 3e-3, decay 0.99) would be
     resumed by a study whose flags now give it the rule's values: refused, with the

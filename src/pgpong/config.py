@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import itertools
 import json
 import math
 import os
@@ -373,6 +375,22 @@ def open_regular(path: Path, binary: bool = False) -> IO[Any]:
         os.close(fd)
         raise OSError("it is not a regular file")
     return open(fd, "rb") if binary else open(fd, newline="", encoding="utf-8")
+
+
+def closest(word: str, choices: Any) -> str | None:
+    """The one of `choices` (strings) closest to a mistyped `word`, if any is close."""
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def missing(path: Path, what: str = "no such file or directory") -> str:
+    """'PATH: WHAT', and '; did you mean ...?' when a name beside it is close to its last part."""
+    try:
+        names = [entry.name for entry in itertools.islice(path.parent.iterdir(), 10_000)] if path.name else []
+    except OSError:
+        names = []
+    near = closest(path.name, names)
+    return f"{path}: {what}" + (f"; did you mean {path.parent / near}?" if near else "")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

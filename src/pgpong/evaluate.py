@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
-from pgpong.config import TrainConfig, address_text, check, is_int, setting
+from pgpong.config import TrainConfig, address_text, check, is_int, missing, setting
 from pgpong.policy import Params
 from pgpong.pool import Pool
 from pgpong.record import MAX_FPS, MIN_FPS, fps_error
@@ -122,7 +122,7 @@ def load_policy(where: Path | None) -> Policy:
                 problems.append(str(exc))
         raise CheckpointError(f"{where}: no usable checkpoint ({problems[0]})")
     if not where.exists():
-        raise CheckpointError(f"{where}: no such file or directory")
+        raise CheckpointError(missing(where))
     return _policy_of(where, str(where))
 
 

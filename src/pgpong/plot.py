@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from pgpong.config import open_regular
+from pgpong.config import missing, open_regular
 from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
 from pgpong.policy import Params
@@ -60,15 +60,17 @@ def check_inputs(paths: list[Path], by: str = "run") -> None:
         if by == "run":
             progress_file(path)
         elif not _exists(path):
-            raise PlotError(f"{path}: no such study directory")
+            raise PlotError(missing(path, "no such study directory"))
 
 
 def progress_file(run_dir: Path) -> Path:
     """RUN_DIR/progress.csv, or run_dir itself when it is a file; PlotError when there is none."""
     if not _exists(run_dir):
-        raise PlotError(f"{run_dir}: no such run directory or file")
+        raise PlotError(missing(run_dir, "no such run directory or file"))
     path = run_dir / "progress.csv" if run_dir.is_dir() else run_dir
     if not _exists(path):
+        if _exists(run_dir / "study.json"):
+            raise PlotError(f"{run_dir}: a study, not a run; draw it with: pgpong plot --by setting {run_dir}")
         raise PlotError(f"{run_dir}: no progress.csv (is it a pgpong run directory?)")
     return path
 

@@ -4,7 +4,6 @@ how to name this pgpong in a hint."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import shlex
 import sys
@@ -12,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from pgpong.config import ConfigError
+from pgpong.config import ConfigError, closest
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -56,8 +55,8 @@ class Parser(argparse.ArgumentParser):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """'; did you mean X?' for the closest of `choices` to a word mistyped, else ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    near = closest(word, choices)
+    return f"; did you mean {near}?" if near else ""
 
 
 def bad_input() -> tuple[type[Exception], ...]:

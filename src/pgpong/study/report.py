@@ -144,9 +144,10 @@ def _cell(found: dict[str, Any], what: str) -> str:
 
 
 def _seeds(row: dict[str, Any], seeds: list[int]) -> str:
-    """'3/5', or '2/3 (2 not run yet)' while some trials have no progress."""
-    reached, ran = len(row["seeds_reached"]), len(row["seeds_run"])
-    return f"{reached}/{ran}" + (f" ({len(seeds) - ran} not run yet)" if ran < len(seeds) else "")
+    """Seeds that reached the threshold of all the setting's seeds: '3/5', or '1/3 (1 not
+    started)' while some trials have no progress yet."""
+    reached, waiting = len(row["seeds_reached"]), len(seeds) - len(row["seeds_run"])
+    return f"{reached}/{len(seeds)}" + (f" ({waiting} not started)" if waiting else "")
 
 
 def markdown(summary: dict[str, Any]) -> str:
