@@ -296,6 +296,18 @@ def test_more_cpus_per_trial_than_the_machine_has_is_refused_before_ray_starts(t
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
+def test_a_study_stopped_only_by_until_says_it_may_not_end(tmp_path, capsys):
+    many = ["--workers-per-trial", "4096"]  # refused before Ray starts: nothing is trained here
+    for stops, open_ended in (
+        (["--until", "running_reward=0"], True),
+        (["--until", "running_reward=0", "--max-env-steps", "7M"], False),
+        (["--max-matches", "9"], False),
+    ):
+        status, out, err = pgpong(capsys, "study", "x", "--grid", "lr=1e-3", *stops, *many, "--root", str(tmp_path))
+        assert status == 2 and "CPU" in err, err
+        assert ("a trial that never reaches +0 trains until you stop it" in out) == open_ended, out
+
+
 def test_plan_reads_values_as_train_does_and_stops_say_why():
     study = plan.build(
         "s", ["lr=1e-3,3e-3", "batch-size=10,60"], ["max-episode-steps=2k"], [0, 1], plan.Stops(env_steps=10)

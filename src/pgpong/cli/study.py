@@ -116,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
     found.check_writable()
     found.check_same_as_saved()
     plan.check_trials_as_made(found)
+    if stops.running_reward is not None and stops == plan.Stops(running_reward=stops.running_reward):
+        print(
+            f"pgpong study: note: --until is the only stop, so a trial that never reaches {stops.running_reward:+g} "
+            "trains until you stop it (Ctrl-C keeps every trial); --max-env-steps 7M caps each at about half an "
+            "hour on a core",
+            flush=True,
+        )
     return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)
 
 
