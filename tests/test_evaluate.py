@@ -44,7 +44,7 @@ def test_play_scores_equal_the_episodes_played_directly(weights_file):
     assert report["mean_score"] == pytest.approx(np.mean([e.score for e in direct]))
     assert report["std_score"] == pytest.approx(np.std([e.score for e in direct]))
     assert report["points_for"] - report["points_against"] == sum(e.score for e in direct)
-    assert report["matches_won"] == sum(e.score > 0 for e in direct)
+    assert report["matches_won"] == 0 and report["matches_cut"] == 3  # none reached 21 in 300 steps
     assert stderr.count("match ") >= 3  # one line per match, on stderr with --json
 
 
@@ -192,3 +192,25 @@ def test_the_library_refuses_too_many_matches_before_listing_them():
 
     with pytest.raises(ConfigError, match="--episodes must be at most 100,000"):
         evaluate(None, Params.initial(4, 0), MAX_EPISODES + 1)  # type: ignore[arg-type]  # no pool needed
+
+
+def test_a_match_cut_short_is_neither_won_nor_lost():
+    from pgpong.evaluate import match_line, summarise
+    from pgpong.rollout import MatchResult
+
+    def result(k, points_for, points_against):
+        return MatchResult(
+            EpisodeId(0, EVAL_STREAM, k), points_for - points_against, points_for, points_against, 900, 1.0
+        )
+
+    results = [result(0, 21, 5), result(1, 3, 21), result(2, 2, 1), result(3, 0, 4)]
+    assert [match_line(r, 4).split(" | ")[1] for r in results] == [
+        "won  21:5 ",
+        "lost  3:21",
+        "cut   2:1 ",
+        "cut   0:4 ",
+    ]
+    summary = summarise(results)
+    assert (summary.matches_won, summary.matches_cut) == (1, 2)  # 2:1 is ahead, not won
+    assert "| won 1 of 4 (2 cut short) |" in summary.line()
+    assert "cut" not in summarise(results[:2]).line()

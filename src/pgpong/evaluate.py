@@ -140,7 +140,8 @@ def match_ids(seed: int, count: int) -> list[EpisodeId]:
 class Summary:
     """An evaluation's result: the mean score (in [-21, 21]) and its standard deviation,
     matches won, points for and against, and each match's score and steps, in match
-    order; what was played (environment, policy, seed, greedy) when known."""
+    order; what was played (environment, policy, seed, greedy) when known. A match cut
+    short (--max-episode-steps) is neither won nor lost: matches_cut counts them."""
 
     episodes: int
     mean_score: float
@@ -154,6 +155,7 @@ class Summary:
     policy: str | None = None
     seed: int | None = None
     greedy: bool | None = None
+    matches_cut: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -161,6 +163,7 @@ class Summary:
             "mean_score": self.mean_score,
             "std_score": self.std_score,
             "matches_won": self.matches_won,
+            "matches_cut": self.matches_cut,
             "points_for": self.points_for,
             "points_against": self.points_against,
             "scores": self.scores,
@@ -174,7 +177,8 @@ class Summary:
         return (
             f"mean score {self.mean_score:+.2f} +- {self.std_score:.2f} over {self.episodes} matches"
             f" | won {self.matches_won} of {self.episodes}"
-            f" | points {self.points_for}:{self.points_against}"
+            + (f" ({self.matches_cut} cut short)" if self.matches_cut else "")
+            + f" | points {self.points_for}:{self.points_against}"
         )
 
 
@@ -184,7 +188,8 @@ def summarise(results: list[MatchResult]) -> Summary:
         episodes=len(results),
         mean_score=statistics.fmean(scores),
         std_score=statistics.pstdev(scores),
-        matches_won=sum(r.points_for > r.points_against for r in results),
+        matches_won=sum(r.finished and r.points_for > r.points_against for r in results),
+        matches_cut=sum(not r.finished for r in results),
         points_for=sum(r.points_for for r in results),
         points_against=sum(r.points_against for r in results),
         scores=scores,
@@ -212,7 +217,7 @@ def evaluate(
 
 def match_line(result: MatchResult, total: int) -> str:
     k = result.episode.episode + 1
-    verdict = "won " if result.points_for > result.points_against else "lost"
+    verdict = "cut " if not result.finished else "won " if result.points_for > result.points_against else "lost"
     return (
         f"match {k:{len(str(total))}d}/{total} | {verdict} {result.points_for:2d}:{result.points_against:<2d}"
         f" | score {result.score:+3.0f} | {result.steps:5d} steps"

@@ -41,6 +41,13 @@ class MatchResult:
     steps: int
     seconds: float
 
+    @property
+    def finished(self) -> bool:
+        """Played to its end (a side reached 21), not cut by a limit on its steps."""
+        return max(self.points_for, self.points_against) >= MATCH_POINTS
+
+
+MATCH_POINTS = 21  # a match of Pong ends when a side has this many
 
 # A point lost this soon after the one before (or the serve that starts the match) was
 # lost without the ball ever being returned: in ALE/Pong-v5 (4 frames a step) such

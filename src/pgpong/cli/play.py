@@ -26,9 +26,9 @@ def add_parser(sub) -> None:
     play = sub.add_parser(
         "play",
         help="play matches against Pong's built-in player with a trained policy",
-        description="Judge a policy: full matches against Pong's built-in player, one line per match, "
-        "then the mean score, matches won and points. Match k is seeded from (--seed, k), so an "
-        "evaluation repeats exactly, whatever the number of workers.",
+        description="Judge a policy: full matches against Pong's built-in player, one line per match (won, lost, "
+        "or cut short by --max-episode-steps), then the mean score, matches won and points. Match k is "
+        "seeded from (--seed, k), so an evaluation repeats exactly, whatever the number of workers.",
     )
     _add_play_arguments(play)
 
