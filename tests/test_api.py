@@ -200,7 +200,9 @@ def test_the_pictures_are_figures_and_files(tmp_path):
     assert np.size(curve.axes[0].lines[1].get_xdata()) == 2  # the running reward: a point per batch
     assert isinstance(run.plot(), Figure)
     picture = pgpong.plot_weights(run, units=4)
-    assert "ckpt-000002.npz" in picture.texts[0].get_text()
+    assert picture.texts[0].get_text().startswith("run run, batch 2: ")  # the run and its batch, not 'ckpt-000002.npz'
+    for drawn, batch in ((tmp_path / "run", 2), (tmp_path / "run" / "checkpoints" / "ckpt-000002.npz", 2)):
+        assert pgpong.plot_weights(drawn, units=1).texts[0].get_text().startswith(f"run run, batch {batch}: ")
     picture = pgpong.plot_weights(units=12, title="shipped", output=tmp_path / "w.png")
     assert picture.texts[0].get_text().startswith("shipped: the W1 weights of the first 12 hidden units")
     assert (tmp_path / "w.png").exists()

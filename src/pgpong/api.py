@@ -372,6 +372,7 @@ def plot_weights(
     the shipped agent; `units`: only the first N; `zoom`: screen pixels per weight.
     A matplotlib Figure; with `output`, also written to that PNG."""
     from pgpong.agent import Agent
+    from pgpong.checkpoint import described
     from pgpong.evaluate import load_policy
     from pgpong.plot import save_figure, shown_inline, weights_figure
     from pgpong.record import check_output
@@ -381,12 +382,12 @@ def plot_weights(
     if output is not None:
         check_output(Path(output), (".png",))
     if isinstance(agent, Agent):
-        weights, named = agent.weights, agent.source
+        weights, named = agent.weights, described(Path(agent.source))
     elif isinstance(agent, Run):
-        weights, named = agent.weights, agent.checkpoint.name if agent.checkpoint else agent.directory.name
+        weights, named = agent.weights, described(agent.checkpoint) if agent.checkpoint else agent.directory.name
     else:
         policy = load_policy(_path(agent))
-        weights, named = policy.weights, Path(policy.source).name if agent is not None else "the shipped agent"
+        weights, named = policy.weights, described(Path(policy.source)) if agent is not None else "the shipped agent"
     figure = weights_figure(weights, title or named, units, zoom)
     if output is not None:
         save_figure(figure, Path(output), dpi=100)

@@ -196,6 +196,15 @@ def read_weights(path: Path) -> tuple[Params, dict[str, Any]]:
     return _checked_params(path, arrays["W1"], arrays["W2"]), {}
 
 
+def described(path: Path) -> str:
+    """A checkpoint's name for a picture's title: 'run NAME, batch N' for a run's own, else the file's name."""
+    found = _NAME.match(path.name)
+    if found is None or path.parent.name != "checkpoints":
+        return path.name
+    run = path.parent.parent
+    return f"run {run.resolve().name or run}, batch {int(found.group(1)):,}"
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
     """Checkpoint files in `directory`, oldest first."""
     try:
