@@ -37,6 +37,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("rundir", []),
     ("checkpoint", []),
     ("runlog", []),
+    ("console", []),
     ("config", []),
     ("schedule", []),
     (

@@ -158,6 +158,37 @@ def test_on_a_narrow_terminal_the_batch_line_is_shortened_not_wrapped(monkeypatc
     assert plain.getvalue() == row.console_line() + "\n"
 
 
+def test_on_a_narrow_terminal_a_message_breaks_between_words(monkeypatch):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    monkeypatch.setenv("TERM", "xterm")
+    message = (
+        "pgpong: stopped. The newest checkpoint is runs/n/checkpoints/ckpt-000052.npz; resume with:\n"
+        "  pgpong train --run-dir runs/n"
+    )
+    seen = {}
+    for columns in (120, 60):
+        master, terminal = pty.openpty()
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        with open(terminal, "w") as out:
+            RunLog(Path("/nonexistent/progress.csv"), out=out, outputs=[]).say(message)
+        seen[columns] = os.read(master, 4096).decode().replace("\r\n", "\n").rstrip("\n").split("\n")
+        os.close(master)
+    assert seen[120] == message.split("\n")  # it fits: as given
+    assert seen[60] == [
+        "pgpong: stopped. The newest checkpoint is",
+        "  runs/n/checkpoints/ckpt-000052.npz; resume with:",
+        "  pgpong train --run-dir runs/n",  # (a command on its own line stays whole)
+    ]
+    assert max(map(len, seen[60])) < 60
+    plain = io.StringIO()
+    RunLog(Path("/nonexistent/progress.csv"), out=plain, outputs=[]).say(message)
+    assert plain.getvalue() == message + "\n"  # off a terminal: as given
+
+
 def test_live_line_stays_off_without_a_terminal():
     out = io.StringIO()
     live = LiveProgress(out)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TextIO, TypeVar
 
 from pgpong.config import ConfigError, TrainConfig, check
+from pgpong.console import fitted
 from pgpong.errors import PgpongError
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def train(
         if not session.started():
             _say(sys.stderr, "pgpong: stopped before the run began; nothing was written")
             raise
-        _say(sys.stderr, f"pgpong: stopped. {session.newest_checkpoint()}; resume with: {again}")
+        _say(sys.stderr, f"pgpong: stopped. {session.newest_checkpoint()}; resume with:\n  {again}")
         return _load_run(directory, True)
     return _load_run(directory, False)
 
@@ -250,11 +251,11 @@ def evaluate_agent(
     `record` films the first `record_episodes` matches to .mp4 or .gif files (drawn
     `record_scale` times the screen's size: default 3 for MP4, 2 for GIF)."""
     from pgpong.agent import Agent
+    from pgpong.console import LiveLine
     from pgpong.envs import check_env_id
     from pgpong.evaluate import PlayOptions, evaluate, load_policy, match_line, record_matches
     from pgpong.pool import WorkerSettings, open_pool
     from pgpong.record import check_output
-    from pgpong.runlog import LiveLine
     from pgpong.session import where as pool_where
 
     PlayOptions(  # pgpong play's checks, before anything is played
@@ -404,7 +405,7 @@ def _stream(progress: Progress) -> TextIO | None:
 
 def _say(out: TextIO | None, line: str) -> None:
     if out is not None:
-        print(line, file=out, flush=True)
+        print(fitted(line, out), file=out, flush=True)
 
 
 def _noter(out: TextIO | None) -> Callable[[str], None]:

@@ -11,12 +11,12 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from pgpong.config import open_regular
+from pgpong.console import LiveLine, fitted, terminal_width
 
 NAN = math.nan
 
@@ -170,10 +170,7 @@ class ConsoleLines(_Quiet):
         self.out = out
 
     def end_batch(self, row: BatchRow, phases: dict[str, float]) -> None:
-        width = None  # (a pipe, a file, a notebook: the whole line)
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            width = os.get_terminal_size(self.out.fileno()).columns if LiveLine.wanted(self.out) else None
-        print(row.console_line(width), file=self.out, flush=True)
+        print(row.console_line(terminal_width(self.out)), file=self.out, flush=True)
 
 
 class TensorBoard(_Quiet):
@@ -235,93 +232,6 @@ class TensorBoard(_Quiet):
             with contextlib.suppress(OSError):
                 file.close()
             raise
-
-
-class LiveLine:
-    """One line that redraws itself in place on a terminal (rich), showing `text()`;
-    in a Jupyter notebook, a line of the cell's output that is updated in place
-    (NotebookLine); elsewhere (a pipe, a file) it shows nothing. Lines printed through
-    it go above it on a terminal, below it in a notebook."""
-
-    def __init__(self, text: Callable[[], str], out: TextIO | None = None):
-        self.text = text
-        self.out = out or sys.stdout
-        self._live: Any = None
-        self._notebook = NotebookLine() if in_notebook(self.out) else None
-
-    @staticmethod
-    def wanted(out: TextIO) -> bool:
-        return out.isatty() and os.environ.get("TERM") != "dumb"
-
-    def refresh(self) -> None:
-        """Show the text again now (a notebook's line is redrawn only when asked)."""
-        if self._notebook is not None:
-            self._notebook.show(self.text())
-
-    def start(self) -> None:
-        if self._notebook is not None:
-            self._notebook.show(self.text())
-            return
-        if self._live is not None or not self.wanted(self.out):
-            return
-        from rich.console import Console
-        from rich.live import Live
-        from rich.text import Text
-
-        console = Console(file=self.out, highlight=False)
-        self._live = Live(
-            get_renderable=lambda: Text(self.text(), no_wrap=True, overflow="ellipsis"),
-            console=console,
-            transient=True,
-            refresh_per_second=4,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
-        self._live.start()
-
-    def print(self, line: str) -> None:
-        if self._live is not None:
-            self._live.console.print(line, markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(line, file=self.out, flush=True)
-
-    def stop(self) -> None:
-        if self._notebook is not None:
-            self._notebook.show("")
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-
-    def __enter__(self) -> LiveLine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def in_notebook(out: TextIO) -> bool:
-    """Whether `out` is a Jupyter kernel's output stream (a notebook cell's output)."""
-    return type(out).__module__.startswith("ipykernel.") and "IPython" in sys.modules
-
-
-class NotebookLine:
-    """A line of plain text in a notebook cell's output, replaced in place each time it
-    is shown (IPython's display with a display id: no escape codes, no widget library).
-    It is made at its first showing; showing "" blanks it."""
-
-    def __init__(self) -> None:
-        self._handle: Any = None
-
-    def show(self, text: str) -> None:
-        from IPython.display import display
-
-        shown = {"text/plain": text}
-        if self._handle is None:
-            if text:
-                self._handle = display(shown, raw=True, display_id=True)
-        else:
-            self._handle.update(shown, raw=True)
 
 
 class LiveProgress(_Quiet):
@@ -395,7 +305,7 @@ class RunLog:
         self.csv.end_batch(row, phases or {})
 
     def say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
+        print(fitted(message, self.out), file=self.out, flush=True)
 
     def note(self, message: str, tag: str) -> None:
         """Say `message` once, and keep `tag` on the live line from now on."""

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from pgpong.bench.options import BenchOptions
 from pgpong.bench.throughput import BenchWorker, format_report, measure
-from pgpong.runlog import LiveLine
+from pgpong.console import LiveLine
 
 __all__ = ["BenchWorker", "format_report", "print_report", "run_bench"]
 

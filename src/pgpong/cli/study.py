@@ -20,6 +20,7 @@ from pgpong.cli.common import (
     this_command_again,
 )
 from pgpong.config import ConfigError, address_text, check
+from pgpong.console import fitted
 
 
 def add_parser(sub) -> None:
@@ -151,7 +152,8 @@ def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int
         return fail(f"{exc}; run the same command to try them again: {command}", EXIT_FAILED)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print(f"\npgpong: study stopped; every trial keeps its checkpoints. To continue: {command}", file=sys.stderr)
+        stopped = f"pgpong: study stopped; every trial keeps its checkpoints. To continue:\n  {command}"
+        print("\n" + fitted(stopped, sys.stderr), file=sys.stderr)
         return EXIT_SIGTERM if terminated() else EXIT_SIGINT
     finally:
         stop_ray()

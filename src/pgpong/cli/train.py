@@ -23,6 +23,7 @@ from pgpong.cli.common import (
     terminated,
 )
 from pgpong.config import AS_IN_2016, TrainConfig, add_flags, address_text, given
+from pgpong.console import fitted
 
 BLAS_NOTE = """\
 BLAS threads: each rollout worker is pinned to one BLAS/OpenMP thread (threadpoolctl
@@ -114,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the clean-up
         status = EXIT_SIGTERM if terminated() or isinstance(exc, Terminated) else EXIT_SIGINT
         if session.started():
-            message = f"stopped. {session.newest_checkpoint()}; resume with: {resume_command(run_dir)}"
+            message = f"stopped. {session.newest_checkpoint()}; resume with:\n  {resume_command(run_dir)}"
         else:
             message = "stopped before the run began; nothing was written"
-        print(f"\npgpong: {message}", file=sys.stderr, flush=True)
+        print("\n" + fitted(f"pgpong: {message}", sys.stderr), file=sys.stderr, flush=True)
         return status
