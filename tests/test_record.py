@@ -119,7 +119,7 @@ def test_recorded_frames_show_the_screen_and_the_difference(agent):
 
     play_match(make_env("ALE/Pong-v5", 30), weights, match_ids(0, 1)[0], observer=observe)
     lay = drawer.layout
-    for screen, indices, values, frame in shown[1:]:
+    for screen, indices, values, frame in shown[1:-1]:  # (the last, the end, is written over: below)
         game = frame[lay.pad : lay.pad + 630, lay.pad : lay.pad + 480]
         np.testing.assert_array_equal(game[::3, ::3], screen)
         top = drawer._diff_top()
@@ -129,12 +129,39 @@ def test_recorded_frames_show_the_screen_and_the_difference(agent):
         order = np.argsort(indices)
         colours = [tuple(c) for c in panel[np.sort(indices)]]
         assert colours == [record.APPEARED if v > 0 else record.VANISHED for v in values[order]]
+    screen, indices, values, end = shown[-1]
+    moving = drawer.draw(screen, indices, values, 0.5, True)
+    middle = (slice(top + 200, top + 280), slice(lay.panel_x, lay.panel_x + 480))
+    assert (end[middle] != moving[middle]).any()  # the match's end, written across the panel
 
 
 def test_default_rate_is_real_speed():
     assert record.EMULATOR_FPS / cast(Any, make_env("Pong-v0", 10).unwrapped).frames_per_step() == 20  # frameskip 2..4
     assert record.EMULATOR_FPS / cast(Any, make_env("PongNoFrameskip-v4", 10).unwrapped).frames_per_step() == 60
     assert record.gif_frame_ms(15) == 70
+
+
+def test_a_recording_starts_after_the_reset_and_ends_on_the_screen_of_the_end(tmp_path, agent):
+    from pgpong.checkpoint import load_weights
+
+    recorder, screens = record.Recorder(tmp_path / "m.gif", fps=15), []
+
+    def observe(env, indices, values, p_up, up):
+        screens.append((env.unwrapped.rgb().copy(), up))
+        recorder(env, indices, values, p_up, up)
+
+    result = play_match(make_env("ALE/Pong-v5", 40), load_weights(agent), match_ids(0, 1)[0], observer=observe)
+    recorder.save()
+    assert [isinstance(up, tuple) for _, up in screens] == [False] * result.steps + [True]  # a move a step, the end
+    assert screens[-1][1] == (result.points_for, result.points_against)
+    assert (record.ended(21, 9), record.ended(3, 21), record.ended(2, 1)) == ("won 21:9", "lost 3:21", "cut at 2:1")
+    frames, _ = read_gif(tmp_path / "m.gif")
+    assert len(frames) == result.steps == 40
+    lay = record.Layout(2)
+    games = [frame[lay.pad : lay.pad + 420, lay.pad : lay.pad + 320][::2, ::2] for frame in frames]
+    np.testing.assert_array_equal(games[0], screens[1][0])  # the screen after the first step, not the reset's
+    np.testing.assert_array_equal(games[-1], screens[-1][0])  # the screen as the match ended
+    assert not np.array_equal(screens[0][0], screens[1][0])
 
 
 def test_gif_is_cut_at_its_size_limit(tmp_path, monkeypatch):
@@ -219,7 +246,7 @@ def test_mp4_frames_stream_to_the_encoder_and_an_interrupted_match_leaves_no_fil
             play_match(env, weights, match_ids(0, 1)[0], False, observer=observe)
     finally:
         recorder.discard()
-    assert recorder.frames == [] and recorder.count == 150
+    assert recorder.frames == [] and recorder.count == 149  # (the screen of the reset is left out)
     assert seen[-1] > 0  # ffmpeg was writing the file while the match played
     assert list(tmp_path.iterdir()) == []  # no partial file, no temporary file
 
@@ -228,7 +255,7 @@ def test_mp4_frames_stream_to_the_encoder_and_an_interrupted_match_leaves_no_fil
     whole.save()
     env.close()
     _, frames = read_mp4(out)
-    assert len(frames) == whole.count == result.steps
+    assert len(frames) == whole.count == result.steps  # less the reset's screen, with the last point's
     assert [p.name for p in tmp_path.iterdir()] == ["stream.mp4"]
 
 

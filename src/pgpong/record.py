@@ -17,6 +17,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from pgpong.errors import PgpongError
 from pgpong.frames import SIDE
+from pgpong.rollout import MATCH_POINTS
 
 EMULATOR_FPS = 60  # Atari frames per second
 # A GIF frame lasts a whole number of hundredths of a second, at most 65,535 (a 16-bit
@@ -106,6 +107,15 @@ def _round_up(n: int, block: int) -> int:
     return -(-n // block) * block
 
 
+Move = bool | tuple[int, int]  # a step's action (True: up), or the match's end: its points (for, against)
+
+
+def ended(points_for: int, points_against: int) -> str:
+    """The end of a match as a recording's last frame says it (Pong's own digits lag a frame)."""
+    verdict = "won" if points_for >= MATCH_POINTS else "lost" if points_against >= MATCH_POINTS else "cut at"
+    return f"{verdict} {points_for}:{points_against}"
+
+
 class FrameDrawer:
     """Composes one picture per step from the screen, the difference and P(UP)."""
 
@@ -113,6 +123,7 @@ class FrameDrawer:
         self.layout = lay = Layout(scale)
         self.font = ImageFont.load_default(size=5 * scale + 1)
         self.small = ImageFont.load_default(size=4 * scale + 1)
+        self.large = ImageFont.load_default(size=16 * scale)
         self.base = Image.new("RGB", lay.size, BACKGROUND)
         draw = ImageDraw.Draw(self.base)
         x, top = lay.panel_x, self._diff_top()
@@ -131,8 +142,8 @@ class FrameDrawer:
     def _diff_top(self) -> int:
         return self.layout.pad + 16 * self.layout.scale
 
-    def draw(self, screen: np.ndarray, indices: np.ndarray, values: np.ndarray, p_up: float, up: bool) -> np.ndarray:
-        """One frame (height, width, 3) uint8."""
+    def draw(self, screen: np.ndarray, indices: np.ndarray, values: np.ndarray, p_up: float, up: Move) -> np.ndarray:
+        """One frame (height, width, 3) uint8: the step's move, or the match's end (its points)."""
         lay, s = self.layout, self.layout.scale
         frame = np.array(self.base)
         game = screen.repeat(s, axis=0).repeat(s, axis=1)
@@ -146,14 +157,19 @@ class FrameDrawer:
         top, x = self._diff_top(), lay.panel_x
         frame[top : top + big.shape[0], x : x + big.shape[1]] = big
         image = Image.fromarray(frame)
-        self._bar(ImageDraw.Draw(image), top + big.shape[0] + 12 * s, p_up, up)
+        draw = ImageDraw.Draw(image)
+        self._bar(draw, top + big.shape[0] + 12 * s, p_up, up)
+        if isinstance(up, tuple):  # the end, large across the panel
+            middle = (x + big.shape[1] // 2, top + big.shape[0] // 2)
+            draw.text(middle, ended(*up), font=self.large, fill=TEXT, anchor="mm")
         return np.asarray(image)
 
-    def _bar(self, draw: ImageDraw.ImageDraw, y: int, p_up: float, up: bool) -> None:
+    def _bar(self, draw: ImageDraw.ImageDraw, y: int, p_up: float, up: Move) -> None:
         s, x = self.layout.scale, self.layout.panel_x
         width, height = SIDE * self.layout.cell, 6 * s
         draw.text((x, y), f"P(up) = {p_up:.2f}", font=self.font, fill=TEXT)
-        draw.text((x + width, y), f"moves {'UP' if up else 'DOWN'}", font=self.font, fill=TEXT, anchor="ra")
+        move = "match over" if isinstance(up, tuple) else f"moves {'UP' if up else 'DOWN'}"
+        draw.text((x + width, y), move, font=self.font, fill=TEXT, anchor="ra")
         y += 8 * s
         draw.rectangle((x, y, x + width - 1, y + height), fill=BAR_BACK)
         if p_up > 0:
@@ -167,7 +183,9 @@ class Recorder:
     encoder as they are drawn (memory stays flat however long the match), into a
     temporary file that `save` renames; GIF frames (a byte a pixel) are kept and
     written by `save`, cut at about GIF_MAX_BYTES. `discard` (or an error, or Ctrl-C
-    in the caller's `finally`) leaves no file behind."""
+    in the caller's `finally`) leaves no file behind. The screen right after the reset
+    is left out: the game has not drawn a frame yet (it shows in other colours, and the
+    network sees no difference); the screen of the last point ends the recording."""
 
     def __init__(self, path: Path, fps: float, scale: int | None = None):
         if not MIN_FPS <= fps <= MAX_FPS:
@@ -184,9 +202,11 @@ class Recorder:
         self._measured_bytes = 0
         self._measured_frames = 0
         self._palette = _palette_image() if self.gif else None
+        self._reset_seen = False
 
-    def __call__(self, env, indices, values, p_up: float, up: bool) -> None:
-        if self.cut:
+    def __call__(self, env, indices, values, p_up: float, up: Move) -> None:
+        if self.cut or not self._reset_seen:
+            self._reset_seen = True
             return
         frame = self.drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)
         self.count += 1

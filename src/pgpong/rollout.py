@@ -300,7 +300,9 @@ def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, o
 
     greedy=True takes the likelier action instead of sampling. `observer`, if given,
     is called after every decision with (env, indices, values, p_up, up): what the
-    network was shown, what it made of it and what it did (the recorder draws it).
+    network was shown, what it made of it and what it did (the recorder draws it);
+    and once more as the match ends, `up` then the points (for, against): the screen
+    of its last point (whose digit Pong draws a frame later).
     """
     began = perf_counter()
     env_seed, rng = episode_seeds(episode)
@@ -321,6 +323,8 @@ def play_match(env, weights: Params, episode: EpisodeId, greedy: bool = False, o
         points_against += reward < 0
         if terminated or truncated:
             break
+    if observer is not None:
+        observer(env, indices, values, forward(weights, indices, values)[1], (points_for, points_against))
     return MatchResult(
         episode=episode,
         score=float(points_for - points_against),
