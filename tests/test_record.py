@@ -60,7 +60,9 @@ def test_mp4_read_back(tmp_path, agent):
     assert proc.returncode == 0, proc.stderr
     assert f"{STEPS} frames" in proc.stdout
     meta, frames = read_mp4(out)
-    assert len(frames) == STEPS
+    assert len(frames) == STEPS - 1 + 30  # the end held 2 s at 15 fps
+    held = [np.abs(frames[-1].astype(int) - frames[k]).mean() for k in (-30, -31)]
+    assert held[0] < 0.5 < held[1]  # (H.264 frames are near, not equal) the same picture, the one before not
     assert meta["fps"] == 15  # ALE/Pong-v5: 60 frames per second, 4 per step
     width, height = record.Layout(3).size
     assert frames[0].shape == (height, width, 3) and width % 16 == 0 and height % 16 == 0
@@ -91,7 +93,7 @@ def test_gif_read_back_with_chosen_fps_and_numbered_files(tmp_path, agent):
     first, durations = read_gif(tmp_path / "match-1.gif")
     second, _ = read_gif(tmp_path / "match-2.gif")
     assert len(first) == len(second) == STEPS
-    assert set(durations) == {40}  # 25 fps
+    assert durations[:-1] == [40] * (len(durations) - 1) and durations[-1] == 2000  # 25 fps, the end held 2 s
     width, height = record.Layout(2).size
     assert first[0].shape == (height, width, 3)
     assert_frames_differ(first)
@@ -155,8 +157,9 @@ def test_a_recording_starts_after_the_reset_and_ends_on_the_screen_of_the_end(tm
     assert [isinstance(up, tuple) for _, up in screens] == [False] * result.steps + [True]  # a move a step, the end
     assert screens[-1][1] == (result.points_for, result.points_against)
     assert (record.ended(21, 9), record.ended(3, 21), record.ended(2, 1)) == ("won 21:9", "lost 3:21", "cut at 2:1")
-    frames, _ = read_gif(tmp_path / "m.gif")
+    frames, durations = read_gif(tmp_path / "m.gif")
     assert len(frames) == result.steps == 40
+    assert durations == [70] * 39 + [2000]  # the end stays on screen for 2 s
     lay = record.Layout(2)
     games = [frame[lay.pad : lay.pad + 420, lay.pad : lay.pad + 320][::2, ::2] for frame in frames]
     np.testing.assert_array_equal(games[0], screens[1][0])  # the screen after the first step, not the reset's
@@ -255,7 +258,8 @@ def test_mp4_frames_stream_to_the_encoder_and_an_interrupted_match_leaves_no_fil
     whole.save()
     env.close()
     _, frames = read_mp4(out)
-    assert len(frames) == whole.count == result.steps  # less the reset's screen, with the last point's
+    assert whole.count == result.steps  # less the reset's screen, with the last point's
+    assert len(frames) == whole.count - 1 + round(record.END_HOLD_S * 15)  # (the last held)
     assert [p.name for p in tmp_path.iterdir()] == ["stream.mp4"]
 
 

@@ -26,6 +26,7 @@ MIN_FPS = 0.01
 MAX_FPS = 240.0
 GIF_MAX_BYTES = 20 * 2**20  # a GIF is cut before it grows past about this
 GIF_CHUNK = 200  # frames encoded at a time to measure a GIF's size as it grows
+END_HOLD_S = 2.0  # how long a recording's last frame, the match's end, stays on screen
 MP4_BLOCK = 16  # H.264 macro block: frame sides are made multiples of it, not resized by imageio
 FORMATS = (".mp4", ".gif")
 
@@ -213,7 +214,8 @@ class Recorder:
         if not self.gif:
             if self._writer is None:
                 self._writer = _mp4_writer(self.tmp, self.fps)
-            self._writer.append_data(frame)
+            for _ in range(max(1, round(END_HOLD_S * self.fps)) if isinstance(up, tuple) else 1):
+                self._writer.append_data(frame)
             return
         self.frames.append(Image.fromarray(frame).quantize(palette=self._palette, dither=Image.Dither.NONE))
         if len(self.frames) - self._measured_frames == GIF_CHUNK:  # size so far, a chunk at a time
@@ -229,7 +231,7 @@ class Recorder:
             raise RecordingError(f"{self.path}: nothing to record (no frame)")
         try:
             if self.gif:
-                self.tmp.write_bytes(_gif_bytes(self.frames, self.fps))
+                self.tmp.write_bytes(_gif_bytes(self.frames, self.fps, held=not self.cut))
             else:
                 self._writer.close()
                 self._writer = None
@@ -263,14 +265,17 @@ def _mp4_writer(path: Path, fps: float) -> Any:
     )
 
 
-def _gif_bytes(frames: list[Image.Image], fps: float) -> bytes:
+def _gif_bytes(frames: list[Image.Image], fps: float, held: bool = False) -> bytes:
+    """The GIF of `frames`; held: its last frame (the match's end) stays END_HOLD_S."""
     out = io.BytesIO()
+    each = gif_frame_ms(fps)
+    durations = [each] * (len(frames) - 1) + [max(each, round(END_HOLD_S * 1000)) if held else each]
     frames[0].save(
         out,
         format="GIF",
         save_all=True,
         append_images=frames[1:],
-        duration=gif_frame_ms(fps),
+        duration=durations,
         loop=0,
         optimize=False,
         disposal=1,
