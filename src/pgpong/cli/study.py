@@ -118,12 +118,12 @@ def run(args: argparse.Namespace) -> int:
     found.check_same_as_saved()
     plan.check_trials_as_made(found)
     if stops.running_reward is not None and stops == plan.Stops(running_reward=stops.running_reward):
-        print(
+        note = (
             f"pgpong study: note: --until is the only stop, so a trial that never reaches {stops.running_reward:+g} "
             "trains until you stop it (Ctrl-C keeps every trial); --max-env-steps 7M caps each at about half an "
-            "hour on a core",
-            flush=True,
+            "hour on a core"
         )
+        print(fitted(note, sys.stdout), flush=True)
     return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)
 
 
