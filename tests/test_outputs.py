@@ -170,7 +170,7 @@ def test_on_a_narrow_terminal_a_message_breaks_between_words(monkeypatch):
         "  pgpong train --run-dir runs/n"
     )
     seen = {}
-    for columns in (120, 60):
+    for columns in (120, 60, 20):
         master, terminal = pty.openpty()
         fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
         with open(terminal, "w") as out:
@@ -184,6 +184,7 @@ def test_on_a_narrow_terminal_a_message_breaks_between_words(monkeypatch):
         "  pgpong train --run-dir runs/n",  # (a command on its own line stays whole)
     ]
     assert max(map(len, seen[60])) < 60
+    assert seen[20] == message.split("\n")  # too narrow to break usefully: the terminal wraps it
     plain = io.StringIO()
     RunLog(Path("/nonexistent/progress.csv"), out=plain, outputs=[]).say(message)
     assert plain.getvalue() == message + "\n"  # off a terminal: as given

@@ -228,6 +228,9 @@ def test_a_progress_csv_that_is_no_text_file_is_refused(tmp_path):
     for command in ("plot", "play", "weights"):  # a name mistyped: the closest one beside it
         proc = run_pgpong(command, str(tmp_path / "foldr"), timeout=60)
         assert_one_line_error(proc, f"{tmp_path / 'foldr'}: no such", f"; did you mean {runs['folder']}?")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    proc = run_pgpong("play", str(tmp_path / "dangling"), timeout=60)
+    assert_one_line_error(proc, f"{tmp_path / 'dangling'}: a broken symbolic link (to {tmp_path / 'gone'})")
     (runs["missing"] / "study.json").write_text("{}")  # a study's directory where a run's was expected
     proc = run_pgpong("plot", str(runs["missing"]), timeout=60)
     assert_one_line_error(proc, "a study, not a run", f"pgpong plot --by setting {runs['missing']}")

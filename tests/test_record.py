@@ -58,7 +58,7 @@ def test_mp4_read_back(tmp_path, agent):
         "play", str(agent), "--episodes", "1", "--workers", "0", "--max-episode-steps", str(STEPS), "--record", str(out)
     )
     assert proc.returncode == 0, proc.stderr
-    assert f"{STEPS} frames" in proc.stdout
+    assert f"{STEPS} steps, {(STEPS - 1 + 30) / 15:.0f} s at 15 fps (the end held 2 s)" in proc.stdout
     meta, frames = read_mp4(out)
     assert len(frames) == STEPS - 1 + 30  # the end held 2 s at 15 fps
     held = [np.abs(frames[-1].astype(int) - frames[k]).mean() for k in (-30, -31)]
@@ -175,6 +175,15 @@ def test_gif_is_cut_at_its_size_limit(tmp_path, monkeypatch):
     assert lines[0] == f"recording match 1 to {tmp_path / 'long.gif'}: playing it again here (tens of seconds)"
     assert "cut after" in lines[1] and len(frames) < 200  # (the first line comes before the wait, the second after)
     assert len(frames) % 20 == 0
+
+
+def test_a_gif_full_at_its_last_frame_is_whole_and_holds_its_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(record, "GIF_MAX_BYTES", 1)  # full at the first measure...
+    monkeypatch.setattr(record, "GIF_CHUNK", 40)  # ...which comes with the end, the 40th frame
+    lines = list(record_matches(tmp_path / "m.gif", 1, Params.initial(16, 2), "ALE/Pong-v5", 40, 0, False, None))
+    frames, durations = read_gif(tmp_path / "m.gif")
+    assert len(frames) == 40 and durations[-1] == 2000
+    assert "cut" not in lines[1] and lines[1].endswith("(the end held 2 s)"), lines[1]
 
 
 def test_interrupted_recording_leaves_no_file(tmp_path, monkeypatch):

@@ -355,7 +355,7 @@ def test_the_table_counts_seeds_reached_of_all_the_settings_seeds():
     row = {"seeds_reached": [0], "seeds_run": [0, 1], "matches": nothing, "env_steps": nothing, "minutes": nothing}
     setting = {"setting": "lr=0.002", "seeds": [0, 1, 2], "thresholds": {"+0": row}, "at_the_end": {}}
     table = report.markdown({"settings": [setting]}).splitlines()
-    assert table[2].split(" | ")[2] == "1/3 (1 not started)"  # seed 0 reached it, 1 has not, 2 has no row yet
+    assert table[2].split(" | ")[2] == "1/3 (1 with no batch yet)"  # seed 0 reached it, 1 has not, 2 has no row yet
     row["seeds_run"] = [0, 1, 2]
     assert report.markdown({"settings": [setting]}).splitlines()[2].split(" | ")[2] == "1/3"
 

@@ -198,11 +198,11 @@ def read_weights(path: Path) -> tuple[Params, dict[str, Any]]:
 
 def described(path: Path) -> str:
     """A checkpoint's name for a picture's title: 'run NAME, batch N' for a run's own, else the file's name."""
+    path = Path(os.path.abspath(path))  # (a symbolic link's own name kept)
     found = _NAME.match(path.name)
     if found is None or path.parent.name != "checkpoints":
         return path.name
-    run = path.parent.parent
-    return f"run {run.resolve().name or run}, batch {int(found.group(1)):,}"
+    return f"run {path.parent.parent.name or path.parent.parent}, batch {int(found.group(1)):,}"
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

@@ -189,8 +189,8 @@ def start_ray(address: str | None, num_cpus: int | None = None, log_to_driver: b
     # Ray reads these when it is imported (and its C++ core when it starts), so they
     # are decided first.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not _is_terminal(sys.stdout):  # a file, a pipe, a notebook: the lines Ray forwards from workers carry
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # no colour codes (Ray reads this as it prints each one)
+    if not (_is_terminal(sys.stdout) and _is_terminal(sys.stderr)):  # a file, a pipe, a notebook: the lines
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # Ray forwards from workers carry no colour codes there
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # our own instance: Ray's default, chosen explicitly
     else:

@@ -386,10 +386,12 @@ def closest(word: str, choices: Any) -> str | None:
 def missing(path: Path, what: str = "no such file or directory") -> str:
     """'PATH: WHAT', and '; did you mean ...?' when a name beside it is close to its last part."""
     try:
+        if path.is_symlink():
+            return f"{path}: a broken symbolic link (to {os.readlink(path)})"
         names = [entry.name for entry in itertools.islice(path.parent.iterdir(), 10_000)] if path.name else []
     except OSError:
         names = []
-    near = closest(path.name, names)
+    near = closest(path.name, [name for name in names if name != path.name])
     return f"{path}: {what}" + (f"; did you mean {path.parent / near}?" if near else "")
 
 

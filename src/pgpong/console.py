@@ -10,6 +10,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
+MIN_WIDTH = 30  # columns below which a message is left to the terminal to wrap
+
 
 class LiveLine:
     """One line that redraws itself in place on a terminal (rich), showing `text()`;
@@ -107,14 +109,15 @@ def terminal_width(out: TextIO) -> int | None:
 
 def fitted(message: str, out: TextIO) -> str:
     """`message` as it should be printed to `out`: on a terminal narrower than one of
-    its lines, that line broken between words, the rest indented (a command given on a
-    line of its own stays whole where it fits)."""
+    its lines, that line broken between words, the rest indented. A line that begins
+    with a space (a command to copy) is left whole, as is everything on a terminal too
+    narrow to break it usefully."""
     width = terminal_width(out)
-    if not width:
+    if not width or width < MIN_WIDTH:
         return message
     return "\n".join(
-        textwrap.fill(line, width - 1, subsequent_indent="  ", break_on_hyphens=False, drop_whitespace=True)
-        if len(line) >= width
+        textwrap.fill(line, width - 1, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        if len(line) >= width and not line[:1].isspace()
         else line
         for line in message.splitlines()
     )

@@ -239,7 +239,7 @@ def record_matches(
     give the same matches) and record each to its file, drawn `scale` times the
     screen's size (default: the Recorder's); yield a line about each."""
     from pgpong.envs import SeededAtari, make_env
-    from pgpong.record import EMULATOR_FPS, Recorder, numbered
+    from pgpong.record import EMULATOR_FPS, END_HOLD_S, Recorder, numbered
 
     env = make_env(env_id, max_episode_steps)
     atari = cast(SeededAtari, env.unwrapped)
@@ -256,7 +256,8 @@ def record_matches(
             frames = recorder.count
             line = (
                 f"recorded match {match.episode + 1} ({result.points_for}:{result.points_against}) to "
-                f"{recorder.path}: {frames} frames, {frames / fps:.0f} s at {fps:g} fps"
+                f"{recorder.path}: {frames} steps, {recorder.seconds:.0f} s at {fps:g} fps"
+                + (f" (the end held {END_HOLD_S:g} s)" if recorder.ended else "")
             )
             if recorder.cut:
                 line += (

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from shlex import quote
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,7 +71,9 @@ def progress_file(run_dir: Path) -> Path:
     path = run_dir / "progress.csv" if run_dir.is_dir() else run_dir
     if not _exists(path):
         if _exists(run_dir / "study.json"):
-            raise PlotError(f"{run_dir}: a study, not a run; draw it with: pgpong plot --by setting {run_dir}")
+            raise PlotError(
+                f"{run_dir}: a study, not a run; draw it with: pgpong plot --by setting {quote(str(run_dir))}"
+            )
         raise PlotError(f"{run_dir}: no progress.csv (is it a pgpong run directory?)")
     return path
 

@@ -195,9 +195,11 @@ class Recorder:
         self.fps = fps
         self.gif = path.suffix.lower() == ".gif"
         self.drawer = FrameDrawer(scale or (2 if self.gif else 3))
-        self.count = 0  # frames recorded
+        self.count = 0  # steps drawn (an MP4 holds the last more times: see seconds)
         self.frames: list[Image.Image] = []  # a GIF's frames
-        self.cut = False  # the GIF reached its size limit
+        self.cut = False  # frames were left out: the GIF had reached its size limit
+        self.ended = False  # the last frame drawn is the match's end (held END_HOLD_S)
+        self._full = False
         self.tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
         self._writer: Any = None  # the MP4 encoder, opened at the first frame
         self._measured_bytes = 0
@@ -206,15 +208,19 @@ class Recorder:
         self._reset_seen = False
 
     def __call__(self, env, indices, values, p_up: float, up: Move) -> None:
-        if self.cut or not self._reset_seen:
+        if not self._reset_seen:
             self._reset_seen = True
+            return
+        if self._full:
+            self.cut = True
             return
         frame = self.drawer.draw(env.unwrapped.rgb(), indices, values, p_up, up)
         self.count += 1
+        self.ended = isinstance(up, tuple)
         if not self.gif:
             if self._writer is None:
                 self._writer = _mp4_writer(self.tmp, self.fps)
-            for _ in range(max(1, round(END_HOLD_S * self.fps)) if isinstance(up, tuple) else 1):
+            for _ in range(self._held_frames() if self.ended else 1):
                 self._writer.append_data(frame)
             return
         self.frames.append(Image.fromarray(frame).quantize(palette=self._palette, dither=Image.Dither.NONE))
@@ -222,7 +228,17 @@ class Recorder:
             self._measured_bytes += len(_gif_bytes(self.frames[self._measured_frames :], self.fps))
             self._measured_frames = len(self.frames)
             if self._measured_bytes > 0.95 * GIF_MAX_BYTES:
-                self.cut = True
+                self._full = True
+
+    def _held_frames(self) -> int:
+        return max(1, round(END_HOLD_S * self.fps))
+
+    @property
+    def seconds(self) -> float:
+        """How long the recording plays."""
+        if not self.ended:
+            return self.count / self.fps
+        return (self.count - 1) / self.fps + (self._held_frames() / self.fps if not self.gif else END_HOLD_S)
 
     def save(self) -> Path:
         """Finish the file and put it in place atomically; return its path."""
@@ -231,7 +247,7 @@ class Recorder:
             raise RecordingError(f"{self.path}: nothing to record (no frame)")
         try:
             if self.gif:
-                self.tmp.write_bytes(_gif_bytes(self.frames, self.fps, held=not self.cut))
+                self.tmp.write_bytes(_gif_bytes(self.frames, self.fps, held=self.ended))
             else:
                 self._writer.close()
                 self._writer = None

@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if stops.running_reward is not None and stops == plan.Stops(running_reward=stops.running_reward):
         note = (
             f"pgpong study: note: --until is the only stop, so a trial that never reaches {stops.running_reward:+g} "
-            "trains until you stop it (Ctrl-C keeps every trial); --max-env-steps 7M caps each at about half an "
-            "hour on a core"
+            "trains until you stop it (Ctrl-C keeps every trial); --max-env-steps 7M caps each (25-45 minutes "
+            "on a core)"
         )
         print(fitted(note, sys.stdout), flush=True)
     return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)

@@ -144,10 +144,10 @@ def _cell(found: dict[str, Any], what: str) -> str:
 
 
 def _seeds(row: dict[str, Any], seeds: list[int]) -> str:
-    """Seeds that reached the threshold of all the setting's seeds: '3/5', or '1/3 (1 not
-    started)' while some trials have no progress yet."""
+    """Seeds that reached the threshold of all the setting's seeds: '3/5', or '1/3 (1 with
+    no batch yet)' while some trials have not finished a batch (or not begun)."""
     reached, waiting = len(row["seeds_reached"]), len(seeds) - len(row["seeds_run"])
-    return f"{reached}/{len(seeds)}" + (f" ({waiting} not started)" if waiting else "")
+    return f"{reached}/{len(seeds)}" + (f" ({waiting} with no batch yet)" if waiting else "")
 
 
 def markdown(summary: dict[str, Any]) -> str:
