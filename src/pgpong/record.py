@@ -161,15 +161,17 @@ class FrameDrawer:
         draw = ImageDraw.Draw(image)
         self._bar(draw, top + big.shape[0] + 12 * s, p_up, up)
         if isinstance(up, tuple):  # the end, large across the panel
-            middle = (x + big.shape[1] // 2, top + big.shape[0] // 2)
-            draw.text(middle, ended(*up), font=self.large, fill=TEXT, anchor="mm")
+            middle, said = (x + big.shape[1] // 2, top + big.shape[0] // 2), ended(*up)
+            left, upper, right, lower = draw.textbbox(middle, said, font=self.large, anchor="mm")
+            draw.rectangle((left - 4 * s, upper - 3 * s, right + 4 * s, lower + 3 * s), fill=BACKGROUND)
+            draw.text(middle, said, font=self.large, fill=TEXT, anchor="mm")
         return np.asarray(image)
 
     def _bar(self, draw: ImageDraw.ImageDraw, y: int, p_up: float, up: Move) -> None:
         s, x = self.layout.scale, self.layout.panel_x
         width, height = SIDE * self.layout.cell, 6 * s
         draw.text((x, y), f"P(up) = {p_up:.2f}", font=self.font, fill=TEXT)
-        move = "match over" if isinstance(up, tuple) else f"moves {'UP' if up else 'DOWN'}"
+        move = "the end" if isinstance(up, tuple) else f"moves {'UP' if up else 'DOWN'}"
         draw.text((x + width, y), move, font=self.font, fill=TEXT, anchor="ra")
         y += 8 * s
         draw.rectangle((x, y, x + width - 1, y + height), fill=BAR_BACK)
