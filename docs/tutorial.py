@@ -225,8 +225,8 @@ print(f"gradients into the driver: {played.measures.bytes_in / 2**20:.1f} MB; dr
 # Seed 0 is one of the quick ones (-10 after about 600 matches, 0 after about 930).
 # In a notebook the live line above the batch lines shows the batch in progress;
 # the stop button ends the run cleanly, with the last finished batch's checkpoint
-# on disk. (The times shown are those of the
-# machine that last ran this notebook: a 2-core one shared with other work.)
+# on disk. (The times shown are those of the machine that last ran this notebook:
+# a 2-core one shared with other work.)
 
 # %%
 run = pgpong.train(
