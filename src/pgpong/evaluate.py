@@ -53,7 +53,11 @@ class PlayOptions:
         parse=Path,
         shown="none",
     )
-    record_episodes: int = setting(1, "record the first K matches, one file each (FILE-1.mp4, ...)", metavar="K")
+    record_episodes: int = setting(
+        1,
+        "record the first K matches, one file each (FILE-1.mp4, ...; FILE-01.mp4, ... for K of 10 or more)",
+        metavar="K",
+    )
     fps: float | None = setting(
         None,
         f"frames per second of the recording, from {MIN_FPS:g} (a GIF frame lasts at most 655.35 s) to {MAX_FPS:g}",

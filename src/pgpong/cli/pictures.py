@@ -24,7 +24,8 @@ def add_parsers(sub) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the PNG to write (default: RUN_DIR/learning.png for one run; required for several)",
+        help="the PNG to write (default: RUN_DIR/learning.png for one run, STUDY/curves.png with --by setting; "
+        "required for several runs)",
     )
     plot.add_argument(
         "--x",
@@ -37,7 +38,7 @@ def add_parsers(sub) -> None:
         choices=("run", "setting"),
         default="run",
         help="run: a curve per run directory; setting: a study directory, each setting's median over its "
-        "seeds with a min-max band (default: run; draws STUDY/curves.png)",
+        "seeds with a min-max band (default: run)",
     )
     weights = sub.add_parser(
         "weights",

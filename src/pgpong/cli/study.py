@@ -138,7 +138,9 @@ def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int
         try:
             import ray.tune  # noqa: F401
         except ImportError as exc:
-            raise ConfigError(f"pgpong study needs Ray Tune ({exc}): pip install 'pgpong[study]'") from None
+            raise ConfigError(
+                f"pgpong study needs Ray Tune ({exc}): in pgpong's clone, pip install -e '.[study]' (make train does)"
+            ) from None
         check_resources(found)
 
     command = this_command_again()
