@@ -51,7 +51,7 @@ def test_the_note_speaks_once_below_the_line_for_the_settings_it_was_measured_at
 def test_the_note_speaks_for_the_default_with_its_own_figures():
     default = TrainConfig()  # the entropy bonus 0.01 with updates clipped to norm 4
     note = pace.slow_run_note(default, AT - 5_000, AT + 300, -8.2)
-    assert note is not None and "6.1M (1 of 12)" in note and "the 11 others 2.1M-3.2M" in note and len(note) < 200
+    assert note is not None and "4.5M-9.8M (4 of 24)" in note and "20 others 2.0M-3.2M" in note and len(note) < 200
     assert pace.slow_run_note(dataclasses.replace(default, max_update_norm=4.5), AT - 1, AT, -15.0) is None
 
 
