@@ -155,6 +155,8 @@ BAD_INPUTS = [
     (["--iterations", "0"], ["--iterations must be at least 1 (leave it out for no limit), got 0"]),
     (["--address", "localhost:99999"], ["localhost:99999", "port 99999 is out of range"]),
     (["--address", "http://127.0.0.1:8265"], ["dashboard", "GCS address"]),
+    (["--address", "head..lab:6379"], ["'head..lab' is not a host name or IP address"]),
+    (["--address", "localhost:\u00b2"], ["is not HOST:PORT"]),
     (["--address", " "], ["argument --address: an empty address", "HOST:PORT"]),  # "$HEAD" unset: not a local Ray
 ]
 

@@ -203,7 +203,9 @@ def test_play_batch_hears_the_matches_in_episode_order_and_sums_them_as_this_pro
     assert alone.measures.bytes_in == 0 and alone.measures.barrier_s is None
 
 
-@pytest.mark.parametrize("address", ["nonsense", "host:", ":123", "127.0.0.1:1"])
+@pytest.mark.parametrize(
+    "address", ["nonsense", "host:", ":123", "127.0.0.1:1", "a..b:6379", "localhost:\u00b2", "x" * 64 + ":6379"]
+)
 def test_check_address_refuses(address):
     with pytest.raises(ClusterError):
         check_address(address, timeout=2)

@@ -76,11 +76,28 @@ def parse_address(address: str) -> tuple[str, int]:
         )
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ClusterError(f"cluster address {address!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
     if not 1 <= int(port) <= 65535:
         raise ClusterError(f"cluster address {address!r}: port {port} is out of range (1-65535)")
+    if not host_name_valid(host):
+        raise ClusterError(f"cluster address {address!r}: {host!r} is not a host name or IP address")
     return host, int(port)
+
+
+def host_name_valid(host: str) -> bool:
+    """Whether `host` is an IP address or a name the resolver can be asked for (labels of
+    1-63 characters, non-ASCII ones as IDNA can spell them): "a..b" or a 64-letter label is not."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return all(0 < len(label) <= 63 for label in host.rstrip(".").split("."))
 
 
 def dialled_host(host: str) -> str:
@@ -111,9 +128,9 @@ def probe_cluster(host: str, port: int, token: Token | None, timeout: float = CO
         where = f"{given} (dialled as {target}: Ray replaces a loopback address by this node's IP)"
     try:
         socket.create_connection((host, port), timeout=timeout).close()  # the cheap check first
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot spell, should one pass parse_address
         raise ClusterError(
-            f"cannot reach a Ray cluster at {where} ({exc.strerror or exc}); "
+            f"cannot reach a Ray cluster at {where} ({getattr(exc, 'strerror', None) or exc}); "
             "is `ray start --head` running there and the port open?"
         ) from None
     metadata = [("authorization", f"Bearer {token.value}")] if token else []
