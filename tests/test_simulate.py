@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import run_pgpong
@@ -228,6 +229,8 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "2x4", "--address", "127.0.0.1:1"], "drop --address"),
         (["--simulate", "2x4", "--bank-matches", "0"], "--bank-matches must be at least 1"),
         (["--simulate", "2x4", "--bank-policy", "/nonexistent"], "/nonexistent: no such file or directory"),
+        (["--simulate", "\u00b2x4"], "--simulate takes NODESxCPUS"),
+        (["--ceiling-seconds", "1e300"], "--ceiling-seconds must be more than 0 and at most 3600 seconds"),
         (["--simulate", "2x4", "--lag", "2"], "--lag must be 0 or 1"),
         (["--lag", "1"], "--lag is measured with --simulate only"),
         (["--simulate", "2x4", "--lag-share", "-0.5"], "--lag-share must be in [0, 1], got -0.5"),
@@ -384,3 +387,12 @@ def test_slots_woken_together_start_their_matches_when_the_weights_were_read(ray
     assert len(slept) == 3
     assert min(slept[0], slept[1]) < match - late + 0.05  # its clock ran from the weights' read
     assert slept[2] > match - late  # from its own call, not from the read before it came
+
+
+def test_a_bank_policy_of_another_size_is_refused_before_a_cluster_starts(tmp_path):
+    small = tmp_path / "h3.npz"
+    np.savez(small, W1=np.full((3, 6400), 0.01, np.float32), W2=np.ones(3, np.float32))
+    proc = run_pgpong("bench", "--simulate", "1x2", "--bank-policy", str(small), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "its network has 3 hidden units; bench simulates training's default of 200" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "starting a local Ray cluster" not in proc.stdout

@@ -21,6 +21,7 @@ MAX_SLOTS = 32  # simulated workers per process at most
 # The bank's matches are played before anything is timed, and sit pinned in the head's
 # object store of 1 GB with their gradients (24 of the shipped agent's: about 100 MB).
 MAX_BANK_MATCHES = 100
+MAX_MEASURE_S = 3600.0  # --ceiling-seconds, --original-seconds: an hour each at the most
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Shape:
     @classmethod
     def parse(cls, text: str) -> Shape:
         nodes, sep, cpus = text.lower().partition("x")
-        if not (sep and nodes.strip().isdigit() and cpus.strip().isdigit()):
+        if not (sep and all(part.strip().isascii() and part.strip().isdigit() for part in (nodes, cpus))):
             raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
         shape = cls(int(nodes), int(cpus))
         if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):
@@ -171,5 +172,8 @@ class BenchOptions:
             )
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
-            check(is_number(value) and value > 0, f"--{name.replace('_', '-')} must be positive, got {value}")
+            check(
+                is_number(value) and 0 < value <= MAX_MEASURE_S,
+                f"--{name.replace('_', '-')} must be more than 0 and at most {MAX_MEASURE_S:g} seconds, got {value}",
+            )
         return self

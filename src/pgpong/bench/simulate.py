@@ -48,6 +48,7 @@ from pgpong.cluster import (
     new_raylets,
     set_auth_mode,
 )
+from pgpong.config import ConfigError, TrainConfig
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -223,10 +224,16 @@ def simulated_kind(settings: WorkerSettings, shape: Shape, bank: Bank) -> Worker
 def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
     """The weights the bank's matches are played with, and what they are."""
     if opts.bank_policy == "new":
-        return Params.initial(200, opts.seed), f"a new policy (seed {opts.seed})"
+        return Params.initial(TrainConfig().hidden, opts.seed), f"a new policy (seed {opts.seed})"
     from pgpong.evaluate import load_policy
 
     policy = load_policy(None if opts.bank_policy == "shipped" else Path(opts.bank_policy))
+    hidden = TrainConfig().hidden  # what bench's trainer sums and steps
+    if policy.weights.W1.shape[0] != hidden:
+        raise ConfigError(
+            f"--bank-policy {opts.bank_policy}: its network has {policy.weights.W1.shape[0]} hidden units; "
+            f"bench simulates training's default of {hidden}: give a checkpoint of such a run, new or shipped"
+        )
     return policy.weights, "the shipped agent" if opts.bank_policy == "shipped" else policy.source
 
 
