@@ -149,6 +149,7 @@ BAD_INPUTS = [
     (["--lag-share", "1.5"], ["--lag-share must be in [0, 1], got 1.5"]),
     (["--lag", "1", "--lag-share", "0.5"], ["--lag-share is for runs without --lag"]),
     (["--seed", "-1"], ["--seed"]),
+    (["--batch-size", "1" + "0" * 400], ["--batch-size must be at least 1 and at most 8192"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps"]),
     (["--keep-checkpoints", "0"], ["--keep-checkpoints"]),
     (["--iterations", "-1"], ["--iterations"]),

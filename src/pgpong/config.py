@@ -174,7 +174,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # What is not given follows the batch rule (a bad batch size is validate()'s to report).
         if self.learning_rate is None or self.decay_rate is None:
-            lr, decay = batch_rule(self.batch_size) if is_int(self.batch_size) and self.batch_size >= 1 else (0, 0)
+            usable = is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH  # (10**400 overflows the rule)
+            lr, decay = batch_rule(self.batch_size) if usable else (0, 0)
             if self.learning_rate is None:
                 object.__setattr__(self, "learning_rate", lr)
             if self.decay_rate is None:
