@@ -169,3 +169,11 @@ def test_a_good_file_still_loads(tmp_path):
     weights = load_weights(tmp_path / "ok.npz")
     assert weights.W1.dtype == np.float32 and weights.hidden == 3
     json.dumps({"shape": list(weights.W1.shape)})
+
+
+def test_weights_beyond_float32_are_refused_not_turned_into_infinity(tmp_path):
+    W1 = np.ones((3, 6400), np.float64)
+    W1[1, 7] = 1e308  # finite in float64, infinity once cast to the float32 pgpong computes in
+    np.savez(tmp_path / "huge.npz", W1=W1, W2=np.ones(3, np.float64))
+    with pytest.raises(CheckpointError, match="beyond float32's range"):
+        load_weights(tmp_path / "huge.npz")

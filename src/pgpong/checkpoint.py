@@ -335,7 +335,11 @@ def _checked_params(path: Path, W1: np.ndarray, W2: np.ndarray) -> Params:
         raise CheckpointError(f"{path}: W1 and W2 must be floating point, got {W1.dtype} and {W2.dtype}")
     if not (np.isfinite(W1).all() and np.isfinite(W2).all()):
         raise CheckpointError(f"{path}: weights contain NaN or infinity")
-    return Params.of(W1, W2)
+    with np.errstate(over="ignore"):
+        params = Params.of(W1, W2)  # float32: a finite float64 beyond its range becomes infinity
+    if not (np.isfinite(params.W1).all() and np.isfinite(params.W2).all()):
+        raise CheckpointError(f"{path}: weights beyond float32's range (about 3.4e38), as pgpong computes in float32")
+    return params
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
