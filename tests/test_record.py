@@ -295,3 +295,11 @@ def test_fps_below_what_a_gif_can_hold_is_refused_before_playing(tmp_path, agent
     gif = record._gif_bytes([Image.new("P", (4, 4), k) for k in range(2)], record.MIN_FPS)
     with Image.open(io.BytesIO(gif)) as image:
         assert image.info["duration"] == 100_000  # ms: 100 s a frame
+
+
+def test_a_numbered_recording_whose_place_is_a_directory_is_refused_before_playing(tmp_path, agent):
+    (tmp_path / "m-2.gif").mkdir()  # the second of two recordings' file
+    flags = ["--workers", "0", "--episodes", "2", "--max-episode-steps", "5", "--record-episodes", "2"]
+    proc = run_pgpong("play", str(agent), *flags, "--record", str(tmp_path / "m.gif"))
+    assert_one_line_error(proc, f"{tmp_path / 'm-2.gif'}: is a directory")
+    assert "match 1" not in proc.stdout and [p.name for p in tmp_path.iterdir()] == ["m-2.gif"]

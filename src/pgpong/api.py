@@ -255,7 +255,7 @@ def evaluate_agent(
     from pgpong.envs import check_env_id
     from pgpong.evaluate import PlayOptions, evaluate, load_policy, match_line, record_matches
     from pgpong.pool import WorkerSettings, open_pool
-    from pgpong.record import check_output
+    from pgpong.record import check_output, numbered
     from pgpong.session import where as pool_where
 
     PlayOptions(  # pgpong play's checks, before anything is played
@@ -269,7 +269,8 @@ def evaluate_agent(
     ).validate()
     check(record_scale is None or 1 <= record_scale <= 8, f"record_scale must be from 1 to 8, got {record_scale}")
     if record is not None:
-        check_output(Path(record))
+        for k in range(record_episodes):  # every file that will be written: FILE, or FILE-1, FILE-2, ...
+            check_output(numbered(Path(record), k, record_episodes))
     if isinstance(agent, Agent):
         weights, source, trained_on = agent.weights, agent.source, agent.env_id
         greedy = agent.greedy if greedy is None else greedy

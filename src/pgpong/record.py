@@ -254,6 +254,8 @@ class Recorder:
                 self._writer.close()
                 self._writer = None
             os.replace(self.tmp, self.path)
+        except OSError as exc:  # the place became a directory or unwritable while the match played
+            raise RecordingError(f"{self.path}: cannot write it ({exc.strerror or exc})") from None
         finally:
             self.discard()
         return self.path
