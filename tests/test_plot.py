@@ -57,6 +57,11 @@ def test_plot_one_run_default_output(tmp_path):
     pixels = picture(run / "learning.png")
     assert pixels.shape == (750, 1000, 3)
     assert_not_blank(pixels)
+    (run / "learning.png").unlink()
+    proc = run_pgpong("plot", str(run / "progress.csv"), timeout=120)  # the file itself: the picture beside it
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {run / 'learning.png'}" in proc.stdout
+    np.testing.assert_array_equal(picture(run / "learning.png"), pixels)
 
 
 @pytest.mark.parametrize("x", ["episodes", "steps", "hours"])

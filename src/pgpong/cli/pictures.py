@@ -76,7 +76,8 @@ def plot(args: argparse.Namespace) -> int:
     elif args.output is None and len(args.run_dirs) > 1:
         raise ConfigError("--output FILE is needed to plot several runs")
     else:
-        output = args.output or args.run_dirs[0] / "learning.png"
+        given = args.run_dirs[0]  # a run directory, or a progress.csv itself: the picture goes beside it
+        output = args.output or (given.parent if given.is_file() else given) / "learning.png"
     check_inputs(args.run_dirs, args.by)  # a missing run first, not the output beside it
     api.plot_learning_curve(*args.run_dirs, x=args.x, by=args.by, output=output)
     print(f"pgpong: wrote {output}")
