@@ -71,6 +71,13 @@ def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and not words[0].startswith("-") and words[0] not in COMMANDS:
         parser.error(f"no command {words[0]!r}{did_you_mean(words[0], COMMANDS)} (the commands: {', '.join(COMMANDS)})")
+    first = next((w for w in words if not w.startswith("-")), None)
+    if first not in COMMANDS and any(w not in ("-h", "--help", "--version") for w in words):  # pgpong --seed 3
+        flag = next(w for w in words if w not in ("-h", "--help", "--version"))
+        parser.error(
+            f"{flag} before a command: options go after it, pgpong COMMAND {flag} ... (the commands: "
+            f"{', '.join(COMMANDS)})"
+        )
     args, unknown = parser.parse_known_args(words)
     if unknown:  # told by the command's own parser, so that its --help is the one named
         command = parser.command_parsers[args.command]
