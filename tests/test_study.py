@@ -382,3 +382,17 @@ def test_a_trial_made_with_other_learning_settings_is_not_continued_with_new_one
 
     as_made = {"learning_rate": 3e-3, "decay_rate": 0.99}
     check_trials_as_made(Study("old", tmp_path, {"batch_size": [60]}, as_made, [0], Stops(matches=4)))  # accepted
+
+
+def test_a_study_behind_a_directory_that_cannot_be_searched_is_not_called_missing(tmp_path, monkeypatch):
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path / "locked")):
+            raise PermissionError(13, "Permission denied", str(path))  # what a non-root user meets
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(plan.os, "lstat", lstat)
+    with pytest.raises(ConfigError, match="cannot read .*study.json: Permission denied"):
+        plan.load_study(tmp_path / "locked", "s1")
+    assert plan.load_study(tmp_path / "absent", "s1") is None  # no such directory: no study, as before

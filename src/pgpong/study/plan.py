@@ -358,8 +358,12 @@ def load_study(root: Path, name: str) -> Study | None:
     """The study saved under root/name, or None if there is none; checked whole, as
     build() checks one, so that a study.json that is not one is named at once."""
     path = root / name / "study.json"
-    if not os.path.lexists(path):
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # a directory above that cannot be searched: not "no study"
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     if re.fullmatch(r"[A-Za-z0-9._-]+", name) is None or name in (".", ".."):  # `plot . --by setting`
         root, name = (root / name).resolve().parent, (root / name).resolve().name
     try:
