@@ -157,6 +157,16 @@ def test_bad_study_input_is_one_line_and_status_2(tmp_path, capsys):
             "--grid lr=1 --max-matches=-5",
         ),
         ("--until running_reward must be in [-21, 21], got inf", "--grid lr=1e-3 --until running_reward=inf"),
+        (
+            "the grid and seeds make 1,000,000 trials; a study has at most 10,000",
+            "--grid batch-size="
+            + ",".join(map(str, range(1, 101)))
+            + " --grid hidden="
+            + ",".join(map(str, range(1, 101)))
+            + " --seeds "
+            + ",".join(map(str, range(100)))
+            + " --max-matches 4",
+        ),
     ):
         cases[expected] = ["study", "x", *shlex.split(flags)]
     for expected, args in cases.items():

@@ -32,6 +32,7 @@ MAX_ENV_STEPS = 100 * 10**9
 MAX_MATCHES = 10**9
 MAX_MINUTES = 60 * 24 * 365
 MAX_PLAN_BYTES = 2**20  # a study.json is a few hundred bytes
+MAX_TRIALS = 10_000  # settings x seeds: far more than a study runs, few enough to check each before it starts
 
 
 def setting_names() -> dict[str, dataclasses.Field]:
@@ -258,6 +259,8 @@ class Study:
             f"--workers-per-trial must be 0 or more, got {self.workers_per_trial}",
         )
         self.stops.validate(needs_stop)
+        count = math.prod(len(values) for values in self.grid.values()) * len(self.seeds)
+        check(count <= MAX_TRIALS, f"the grid and seeds make {count:,} trials; a study has at most {MAX_TRIALS:,}")
         for trial in self.trials():
             try:
                 TrainConfig(**trial.settings).validate()
