@@ -24,13 +24,14 @@
 #
 # The public API is `pgpong.train`, `pgpong.Agent`, `pgpong.evaluate_agent` and
 # the two pictures; to show the inside, some cells also use pgpong's modules
-# (`pgpong.frames`, `pgpong.policy`, `pgpong.rollout`, `pgpong.pool`), which are
-# private: they may change between versions.
+# (`pgpong.frames`, `pgpong.policy`, `pgpong.returns`, `pgpong.envs`,
+# `pgpong.rollout`, `pgpong.pool`, `pgpong.cluster`), which are private: they may
+# change between versions.
 #
 # This notebook is kept as `docs/tutorial.py` (a jupytext script, for review) and
 # `docs/tutorial.ipynb` (with its outputs). `make test` runs it from top to bottom
 # with a small budget (`PGPONG_TUTORIAL=quick`); `make tutorial` runs it in full
-# and saves the outputs (about 5 minutes on 2 cores).
+# and saves the outputs (5-8 minutes on 2 cores).
 
 # %% tags=["parameters"]
 import os
@@ -182,8 +183,9 @@ plt.show()
 # A batch's matches share nothing but the weights, so they are played at the same
 # time by long-lived rollout workers, Ray actors that each create their Pong
 # environment once. The weights are published once per batch in Ray's object
-# store; each gradient comes back in fixed point (integers) and is summed exactly, so
-# the sum is the same bit for bit whichever worker played which match, in any order.
+# store; each gradient comes back in float32 and is added in fixed point (integers),
+# exactly, so the sum is the same bit for bit whichever worker played which match,
+# in any order.
 
 # %%
 from pgpong.pool import WorkerSettings, open_pool
@@ -296,7 +298,7 @@ pgpong.plot_weights(agent, units=20)
 #
 # - **A longer run**: `pgpong.train()` (or `make train` in a shell) runs until you
 #   stop it; on 2 cores it reaches the built-in player's level (running reward 0)
-#   in about 5-10 minutes on most seeds. `pgpong.train(run_dir=...)` resumes a run,
+#   in about 4-6 minutes on most seeds. `pgpong.train(run_dir=...)` resumes a run,
 #   to exactly the weights an uninterrupted run would have had.
 # - **A cluster**: `pgpong.train(address="HEAD_IP:6379", batch_size=60)` plays on
 #   every CPU of an existing Ray cluster (see the README's "Running on a cluster").

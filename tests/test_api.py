@@ -116,6 +116,35 @@ def test_bad_input_raises_the_command_lines_message(tmp_path, call, flags):
     assert not (tmp_path / "runs").exists()  # nothing written, by either
 
 
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            lambda d: pgpong.train(d, env_id=5, progress=False),
+            "--env-id must be a Gymnasium id such as ALE/Pong-v5, got 5",
+        ),
+        (lambda d: pgpong.train(d, address=5, progress=False), "address must be HOST:PORT or None, got 5"),
+        (lambda d: pgpong.train(d, stop=5, progress=False, **TINY), "stop must be a function of a BatchRow, or None"),
+        (lambda d: pgpong.train(d, progress="yes", **TINY), "progress must be True, False or a stream, got 'yes'"),
+        (lambda d: pgpong.train(5, progress=False), "run_dir must be a path, got 5"),
+        (lambda d: pgpong.evaluate_agent(5, workers=0), "agent must be a path, got 5"),
+        (lambda d: pgpong.evaluate_agent(None, "3"), "--episodes must be at least 1, got '3'"),
+        (lambda d: pgpong.evaluate_agent(None, 1, workers=0, fps="x", record=d / "m.gif"), "--fps must be a number"),
+        (lambda d: pgpong.evaluate_agent(None, 1, workers=0, record=d / "m.gif", record_scale=2.5), "got 2.5"),
+        (lambda d: pgpong.plot_weights(None, units=2.5), "--units must be at least 1, got 2.5"),
+        (lambda d: pgpong.plot_weights(None, zoom="2"), "zoom must be from 1 to 8, got '2'"),
+        (lambda d: pgpong.plot_learning_curve(7), "a run must be a path, got 7"),
+        (lambda d: pgpong.Run.load(7), "directory must be a path, got 7"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_named_before_anything_runs(tmp_path, call, said):
+    with pytest.raises(pgpong.PgpongError) as caught:
+        call(tmp_path)
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+    assert Path(traceback.extract_tb(caught.value.__traceback__)[-1].filename).name == "api.py"
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing played
+
+
 def test_an_empty_address_is_refused_not_taken_for_a_local_ray(tmp_path):
     for call in (
         lambda: pgpong.train(tmp_path / "r", address=" ", progress=False),
@@ -188,6 +217,10 @@ def test_evaluate_agent_returns_what_pgpong_play_prints(tmp_path):
     agent = pgpong.Agent(weights, greedy=True)
     greedy = pgpong.evaluate_agent(agent, 2, workers=0, max_episode_steps=300, progress=False)
     assert greedy.greedy is True
+    run = pgpong.train(tmp_path / "run", iterations=1, progress=False, **TINY)
+    of_run = pgpong.evaluate_agent(run, 1, workers=0, max_episode_steps=50, progress=False)  # a Run, as train gave it
+    alike = pgpong.evaluate_agent(run.checkpoint, 1, workers=0, max_episode_steps=50, progress=False)
+    assert of_run.as_dict() == alike.as_dict() and of_run.policy == alike.policy
 
 
 def test_the_pictures_are_figures_and_files(tmp_path):

@@ -16,13 +16,12 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TextIO, TypeVar
 
-from pgpong.config import ConfigError, TrainConfig, check
+from pgpong.config import ConfigError, TrainConfig, check, is_int
 from pgpong.console import fitted
 from pgpong.errors import PgpongError
 
@@ -71,7 +70,7 @@ class Run:
     @classmethod
     def load(cls, directory: str | Path, interrupted: bool = False) -> Run:
         """Read a run directory (as train() left it, or `pgpong train`)."""
-        return _public(_load_run)(Path(directory), interrupted)
+        return _public(lambda: _load_run(_a_path(directory, "directory"), interrupted))()
 
     @property
     def running_reward(self) -> float | None:
@@ -162,14 +161,17 @@ def train(
     Interrupted (Ctrl-C, a notebook's stop button), it returns the run as the last
     finished batch left it on disk (checkpoint and progress row), with
     `interrupted=True`: train(run_dir=run.directory) goes on from there. Bad settings
-    raise ConfigError (a PgpongError) before anything is written.
+    raise a PgpongError (ConfigError; UnknownEnvironment for an env_id that is not
+    Pong's) before anything is written.
     """
     if isinstance(warmup, bool):
         warmup = "on" if warmup else "off"
     named = locals()  # the settings given, by TrainConfig's names (a test keeps the two alike)
     given = {f.name: named[f.name] for f in dataclasses.fields(TrainConfig) if named[f.name] is not None}
     out = _stream(progress)
-    session = plan_training(given, _path(run_dir), _path(resume_from), _address(address), _noter(out))
+    check(stop is None or callable(stop), f"stop must be a function of a BatchRow, or None; got {stop!r}")
+    paths = _path(run_dir, "run_dir"), _path(resume_from, "resume_from")
+    session = plan_training(given, *paths, _address(address), _noter(out))
     directory = session.directory
     again = f"pgpong.train(run_dir={str(directory)!r})"
     if session.run.finished:
@@ -227,7 +229,7 @@ def run_training(
 
 @_public
 def evaluate_agent(
-    agent: Agent | str | Path | None = None,
+    agent: Agent | Run | str | Path | None = None,
     episodes: int = 10,
     *,
     seed: int = 0,
@@ -242,18 +244,19 @@ def evaluate_agent(
     record_scale: int | None = None,
     progress: Progress = True,
 ) -> Summary:
-    """Play `episodes` full matches against Pong's built-in player, as `pgpong play`
-    does, and return their Summary (mean score, standard deviation, matches won,
-    points). `agent`: an Agent, a run directory, a checkpoint or a W1/W2 .npz, or
-    None for the shipped agent. Match k is seeded from (seed, k), so an evaluation
-    repeats exactly, on any number of workers (0: this process, without Ray).
+    """Play `episodes` matches against Pong's built-in player (whole unless
+    `max_episode_steps` cuts them), as `pgpong play` does, and return their Summary
+    (mean score, standard deviation, matches won, points). `agent`: an Agent, a Run,
+    a run directory, a checkpoint or a W1/W2 .npz, or None for the shipped agent.
+    Match k is seeded from (seed, k), so an evaluation repeats exactly, on any number
+    of workers (0: this process, without Ray).
     `greedy` None takes the agent's own choice (sampled unless it was made greedy).
     `record` films the first `record_episodes` matches to .mp4 or .gif files (drawn
     `record_scale` times the screen's size: default 3 for MP4, 2 for GIF)."""
     from pgpong.agent import Agent
     from pgpong.console import LiveLine
     from pgpong.envs import check_env_id
-    from pgpong.evaluate import PlayOptions, evaluate, load_policy, match_line, record_matches
+    from pgpong.evaluate import MatchStatus, PlayOptions, evaluate, load_policy, match_line, record_matches
     from pgpong.pool import WorkerSettings, open_pool
     from pgpong.record import check_output, numbered
     from pgpong.session import where as pool_where
@@ -267,20 +270,23 @@ def evaluate_agent(
         record_episodes=record_episodes,
         fps=fps,
     ).validate()
-    check(record_scale is None or 1 <= record_scale <= 8, f"record_scale must be from 1 to 8, got {record_scale}")
+    check(
+        record_scale is None or (is_int(record_scale) and 1 <= record_scale <= 8),
+        f"record_scale must be from 1 to 8, got {record_scale!r}",
+    )
+    lines = _stream(progress)
     if record is not None:
         for k in range(record_episodes):  # every file that will be written: FILE, or FILE-1, FILE-2, ...
-            check_output(numbered(Path(record), k, record_episodes))
+            check_output(numbered(_a_path(record, "record"), k, record_episodes))
     if isinstance(agent, Agent):
         weights, source, trained_on = agent.weights, agent.source, agent.env_id
         greedy = agent.greedy if greedy is None else greedy
     else:
-        policy = load_policy(_path(agent))
+        policy = load_policy(_path(agent.directory if isinstance(agent, Run) else agent, "agent"))
         weights, source, trained_on = policy.weights, policy.source, policy.env_id
     greedy = bool(greedy)
     env_id = env_id or trained_on or "ALE/Pong-v5"
     check_env_id(env_id)
-    lines = _stream(progress)
     pool = None
     ray_was_up = _ray_running()
     try:
@@ -293,7 +299,7 @@ def evaluate_agent(
             f"pgpong: {episodes} match(es) of {env_id}, {source} (H={weights.hidden}), {how}, seed {seed}, "
             f"on {pool_where(pool)}",
         )
-        status = _MatchStatus(episodes)
+        status = MatchStatus(episodes)
         live = LiveLine(status.text, lines) if lines is not None else None
 
         def on_match(result) -> None:
@@ -319,20 +325,6 @@ def evaluate_agent(
     return replace(summary, env_id=env_id, policy=source, seed=seed, greedy=greedy)
 
 
-class _MatchStatus:
-    """The live line of an evaluation: matches done, steps per second, elapsed."""
-
-    def __init__(self, total: int):
-        self.total, self.matches, self.steps, self.began = total, 0, 0, time.monotonic()
-
-    def text(self) -> str:
-        elapsed = time.monotonic() - self.began
-        return (
-            f"playing: {self.matches}/{self.total} matches done | "
-            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s"
-        )
-
-
 @_public
 def plot_learning_curve(
     *runs: Run | str | Path, x: str = "episodes", by: str = "run", output: str | Path | None = None
@@ -348,7 +340,7 @@ def plot_learning_curve(
     check(len(runs) >= 1, "give at least one run directory")
     check(x in X_AXES, f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     check(by in ("run", "setting"), f"by must be run or setting, got {by!r}")
-    directories = [run.directory if isinstance(run, Run) else Path(run) for run in runs]
+    directories = [run.directory if isinstance(run, Run) else _a_path(run, "a run") for run in runs]
     if by == "setting":
         check(len(directories) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
     if output is not None:
@@ -379,8 +371,8 @@ def plot_weights(
     from pgpong.plot import save_figure, shown_inline, weights_figure
     from pgpong.record import check_output
 
-    check(units is None or units >= 1, f"--units must be at least 1, got {units}")
-    check(1 <= zoom <= 8, f"zoom must be from 1 to 8, got {zoom}")
+    check(units is None or (is_int(units) and units >= 1), f"--units must be at least 1, got {units!r}")
+    check(is_int(zoom) and 1 <= zoom <= 8, f"zoom must be from 1 to 8, got {zoom!r}")
     if output is not None:
         check_output(Path(output), (".png",))
     if isinstance(agent, Agent):
@@ -388,7 +380,7 @@ def plot_weights(
     elif isinstance(agent, Run):
         weights, named = agent.weights, described(agent.checkpoint) if agent.checkpoint else agent.directory.name
     else:
-        policy = load_policy(_path(agent))
+        policy = load_policy(_path(agent, "agent"))
         weights, named = policy.weights, described(Path(policy.source)) if agent is not None else "the shipped agent"
     figure = weights_figure(weights, title or named, units, zoom)
     if output is not None:
@@ -401,6 +393,7 @@ def _stream(progress: Progress) -> TextIO | None:
         return sys.stdout
     if progress is False or progress is None:
         return None
+    check(callable(getattr(progress, "write", None)), f"progress must be True, False or a stream, got {progress!r}")
     return progress
 
 
@@ -414,11 +407,17 @@ def _noter(out: TextIO | None) -> Callable[[str], None]:
     return (lambda text: _say(sys.stderr, f"pgpong: note: {text}")) if out is not None else (lambda text: None)
 
 
-def _path(value: str | Path | None) -> Path | None:
-    return None if value is None else Path(value)
+def _path(value: str | Path | None, what: str) -> Path | None:
+    return None if value is None else _a_path(value, what)
+
+
+def _a_path(value: str | Path, what: str) -> Path:
+    check(isinstance(value, str | os.PathLike), f"{what} must be a path, got {value!r}")
+    return Path(value)
 
 
 def _address(address: str | None) -> str | None:
+    check(address is None or isinstance(address, str), f"address must be HOST:PORT or None, got {address!r}")
     check(
         address is None or bool(address.strip()), "address is empty: give None for a local Ray instance, or HOST:PORT"
     )

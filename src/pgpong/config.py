@@ -183,7 +183,8 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Return self, or raise ConfigError naming the first bad setting."""
-        check(isinstance(self.env_id, str) and self.env_id.strip() != "", "--env-id must not be empty")
+        check(isinstance(self.env_id, str), f"--env-id must be a Gymnasium id such as ALE/Pong-v5, got {self.env_id!r}")
+        check(self.env_id.strip() != "", "--env-id must not be empty")
         check(is_int(self.hidden) and self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden!r}")
         check(
             is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH,

@@ -4,6 +4,7 @@ evaluation repeats exactly, played on a pool; no gradient."""
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
-from pgpong.config import TrainConfig, address_text, check, is_int, missing, setting
+from pgpong.config import TrainConfig, address_text, check, is_int, is_number, missing, setting
 from pgpong.policy import Params
 from pgpong.pool import Pool
 from pgpong.record import MAX_FPS, MIN_FPS, fps_error
@@ -78,12 +79,27 @@ class PlayOptions:
             is_int(self.record_episodes) and 1 <= self.record_episodes <= self.episodes,
             f"--record-episodes must be from 1 to --episodes ({self.episodes}), got {self.record_episodes}",
         )
+        check(self.fps is None or is_number(self.fps), f"--fps must be a number, got {self.fps!r}")
         check(self.fps is None or MIN_FPS <= self.fps <= MAX_FPS, fps_error(self.fps or 0))
         return self
 
 
+class MatchStatus:
+    """The live line of an evaluation: matches done, steps per second, elapsed."""
+
+    def __init__(self, total: int):
+        self.total, self.matches, self.steps, self.began = total, 0, 0, time.monotonic()
+
+    def text(self) -> str:
+        elapsed = time.monotonic() - self.began
+        return (
+            f"playing: {self.matches}/{self.total} matches done | "
+            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s"
+        )
+
+
 def check_episodes(episodes: int) -> None:
-    check(is_int(episodes) and episodes >= 1, f"--episodes must be at least 1, got {episodes}")
+    check(is_int(episodes) and episodes >= 1, f"--episodes must be at least 1, got {episodes!r}")
     check(episodes <= MAX_EPISODES, f"--episodes must be at most {MAX_EPISODES:,}, got {episodes}")
 
 
