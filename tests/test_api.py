@@ -13,7 +13,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -116,25 +116,32 @@ def test_bad_input_raises_the_command_lines_message(tmp_path, call, flags):
     assert not (tmp_path / "runs").exists()  # nothing written, by either
 
 
+ODD: Any = {"five": 5, "seven": 7, "yes": "yes", "three": "3", "x": "x", "2.5": 2.5, "two": "2"}  # (typed Any)
+
+
 @pytest.mark.parametrize(
     ("call", "said"),
     [
+        (lambda d: pgpong.train(d, env_id=ODD["five"], progress=False), "--env-id must be a Gymnasium id such as"),
+        (lambda d: pgpong.train(d, address=ODD["five"], progress=False), "address must be HOST:PORT or None, got 5"),
+        (lambda d: pgpong.train(d, stop=ODD["five"], progress=False, **TINY), "stop must be a function of a BatchRow"),
+        (lambda d: pgpong.train(d, progress=ODD["yes"], **TINY), "progress must be True, False or a stream, got 'yes'"),
+        (lambda d: pgpong.train(ODD["five"], progress=False), "run_dir must be a path, got 5"),
         (
-            lambda d: pgpong.train(d, env_id=5, progress=False),
-            "--env-id must be a Gymnasium id such as ALE/Pong-v5, got 5",
+            lambda d: pgpong.evaluate_agent(ODD["five"], workers=0),
+            "agent must be an Agent, a Run, a path or None, got 5",
         ),
-        (lambda d: pgpong.train(d, address=5, progress=False), "address must be HOST:PORT or None, got 5"),
-        (lambda d: pgpong.train(d, stop=5, progress=False, **TINY), "stop must be a function of a BatchRow, or None"),
-        (lambda d: pgpong.train(d, progress="yes", **TINY), "progress must be True, False or a stream, got 'yes'"),
-        (lambda d: pgpong.train(5, progress=False), "run_dir must be a path, got 5"),
-        (lambda d: pgpong.evaluate_agent(5, workers=0), "agent must be a path, got 5"),
-        (lambda d: pgpong.evaluate_agent(None, "3"), "--episodes must be at least 1, got '3'"),
-        (lambda d: pgpong.evaluate_agent(None, 1, workers=0, fps="x", record=d / "m.gif"), "--fps must be a number"),
-        (lambda d: pgpong.evaluate_agent(None, 1, workers=0, record=d / "m.gif", record_scale=2.5), "got 2.5"),
-        (lambda d: pgpong.plot_weights(None, units=2.5), "--units must be at least 1, got 2.5"),
-        (lambda d: pgpong.plot_weights(None, zoom="2"), "zoom must be from 1 to 8, got '2'"),
-        (lambda d: pgpong.plot_learning_curve(7), "a run must be a path, got 7"),
-        (lambda d: pgpong.Run.load(7), "directory must be a path, got 7"),
+        (lambda d: pgpong.evaluate_agent(None, ODD["three"]), "--episodes must be a whole number, at least 1, got '3'"),
+        (lambda d: pgpong.evaluate_agent(None, 1, fps=ODD["x"], record=d / "m.gif"), "--fps must be a number, got 'x'"),
+        (
+            lambda d: pgpong.evaluate_agent(None, 1, record=d / "m.gif", record_scale=ODD["2.5"]),
+            "record_scale must be a whole number from 1 to 8, got 2.5",
+        ),
+        (lambda d: pgpong.plot_weights(None, units=ODD["2.5"]), "--units must be a whole number, at least 1, got 2.5"),
+        (lambda d: pgpong.plot_weights(None, zoom=ODD["two"]), "zoom must be a whole number from 1 to 8, got '2'"),
+        (lambda d: pgpong.plot_weights(None, output=ODD["five"]), "output must be a path, got 5"),
+        (lambda d: pgpong.plot_learning_curve(ODD["seven"]), "a run must be a Run or a path, got 7"),
+        (lambda d: pgpong.Run.load(ODD["seven"]), "directory must be a path, got 7"),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_named_before_anything_runs(tmp_path, call, said):
@@ -236,6 +243,8 @@ def test_the_pictures_are_figures_and_files(tmp_path):
     assert picture.texts[0].get_text().startswith("run run, batch 2: ")  # the run and its batch, not 'ckpt-000002.npz'
     for drawn, batch in ((tmp_path / "run", 2), (tmp_path / "run" / "checkpoints" / "ckpt-000002.npz", 2)):
         assert pgpong.plot_weights(drawn, units=1).texts[0].get_text().startswith(f"run run, batch {batch}: ")
+    three, one = cast(Any, np.int64(3)), cast(Any, np.int64(1))  # numpy's integers are whole numbers too
+    assert "the first 3 hidden units" in pgpong.plot_weights(run, units=three, zoom=one).texts[0].get_text()
     picture = pgpong.plot_weights(units=12, title="shipped", output=tmp_path / "w.png")
     assert picture.texts[0].get_text().startswith("shipped: the W1 weights of the first 12 hidden units")
     assert (tmp_path / "w.png").exists()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TextIO, TypeVar
 
-from pgpong.config import ConfigError, TrainConfig, check, is_int
+from pgpong.config import ConfigError, TrainConfig, check, is_int, whole
 from pgpong.console import fitted
 from pgpong.errors import PgpongError
 
@@ -270,19 +270,21 @@ def evaluate_agent(
         record_episodes=record_episodes,
         fps=fps,
     ).validate()
+    record_scale = whole(record_scale)
     check(
         record_scale is None or (is_int(record_scale) and 1 <= record_scale <= 8),
-        f"record_scale must be from 1 to 8, got {record_scale!r}",
+        f"record_scale must be a whole number from 1 to 8, got {record_scale!r}",
     )
     lines = _stream(progress)
     if record is not None:
         for k in range(record_episodes):  # every file that will be written: FILE, or FILE-1, FILE-2, ...
             check_output(numbered(_a_path(record, "record"), k, record_episodes))
+    agent = agent.agent() if isinstance(agent, Run) else agent  # the weights it holds, as plot_weights draws
     if isinstance(agent, Agent):
         weights, source, trained_on = agent.weights, agent.source, agent.env_id
         greedy = agent.greedy if greedy is None else greedy
     else:
-        policy = load_policy(_path(agent.directory if isinstance(agent, Run) else agent, "agent"))
+        policy = load_policy(_path(agent, "agent", "an Agent, a Run, a path or None"))
         weights, source, trained_on = policy.weights, policy.source, policy.env_id
     greedy = bool(greedy)
     env_id = env_id or trained_on or "ALE/Pong-v5"
@@ -340,14 +342,15 @@ def plot_learning_curve(
     check(len(runs) >= 1, "give at least one run directory")
     check(x in X_AXES, f"x must be one of {', '.join(X_AXES)}, got {x!r}")
     check(by in ("run", "setting"), f"by must be run or setting, got {by!r}")
-    directories = [run.directory if isinstance(run, Run) else _a_path(run, "a run") for run in runs]
+    directories = [run.directory if isinstance(run, Run) else _a_path(run, "a run", "a Run or a path") for run in runs]
     if by == "setting":
         check(len(directories) == 1, "--by setting draws one study: give its directory (runs/studies/NAME)")
-    if output is not None:
-        check_output(Path(output), (".png",))
+    png = _path(output, "output")
+    if png is not None:
+        check_output(png, (".png",))
     figure = study_figure(directories[0], x) if by == "setting" else runs_figure(directories, x)
-    if output is not None:
-        save_figure(figure, Path(output))
+    if png is not None:
+        save_figure(figure, png)
     return shown_inline(figure)
 
 
@@ -371,20 +374,22 @@ def plot_weights(
     from pgpong.plot import save_figure, shown_inline, weights_figure
     from pgpong.record import check_output
 
-    check(units is None or (is_int(units) and units >= 1), f"--units must be at least 1, got {units!r}")
-    check(is_int(zoom) and 1 <= zoom <= 8, f"zoom must be from 1 to 8, got {zoom!r}")
-    if output is not None:
-        check_output(Path(output), (".png",))
+    units, zoom = whole(units), whole(zoom)
+    check(units is None or (is_int(units) and units >= 1), f"--units must be a whole number, at least 1, got {units!r}")
+    check(is_int(zoom) and 1 <= zoom <= 8, f"zoom must be a whole number from 1 to 8, got {zoom!r}")
+    png = _path(output, "output")
+    if png is not None:
+        check_output(png, (".png",))
     if isinstance(agent, Agent):
         weights, named = agent.weights, described(Path(agent.source))
     elif isinstance(agent, Run):
         weights, named = agent.weights, described(agent.checkpoint) if agent.checkpoint else agent.directory.name
     else:
-        policy = load_policy(_path(agent, "agent"))
+        policy = load_policy(_path(agent, "agent", "an Agent, a Run, a path or None"))
         weights, named = policy.weights, described(Path(policy.source)) if agent is not None else "the shipped agent"
     figure = weights_figure(weights, title or named, units, zoom)
-    if output is not None:
-        save_figure(figure, Path(output), dpi=100)
+    if png is not None:
+        save_figure(figure, png, dpi=100)
     return shown_inline(figure)
 
 
@@ -407,12 +412,12 @@ def _noter(out: TextIO | None) -> Callable[[str], None]:
     return (lambda text: _say(sys.stderr, f"pgpong: note: {text}")) if out is not None else (lambda text: None)
 
 
-def _path(value: str | Path | None, what: str) -> Path | None:
-    return None if value is None else _a_path(value, what)
+def _path(value: str | Path | None, what: str, kinds: str = "a path") -> Path | None:
+    return None if value is None else _a_path(value, what, kinds)
 
 
-def _a_path(value: str | Path, what: str) -> Path:
-    check(isinstance(value, str | os.PathLike), f"{what} must be a path, got {value!r}")
+def _a_path(value: str | Path, what: str, kinds: str = "a path") -> Path:
+    check(isinstance(value, str | os.PathLike), f"{what} must be {kinds}, got {value!r}")
     return Path(value)
 
 

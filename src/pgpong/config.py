@@ -12,6 +12,7 @@ import difflib
 import itertools
 import json
 import math
+import numbers
 import os
 import stat
 from dataclasses import dataclass, field
@@ -421,6 +422,11 @@ def check(ok: bool, message: str) -> None:
 
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def whole(value: Any) -> Any:
+    """A numpy integer as a Python int (what is_int accepts); anything else as it is."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
 
 
 def is_number(value: Any) -> bool:

@@ -56,7 +56,7 @@ class PlayOptions:
     )
     record_episodes: int = setting(
         1,
-        "record the first K matches, one file each (FILE-1.mp4, ...; FILE-01.mp4, ... for K of 10 or more)",
+        "record the first K matches, one file each (FILE-1.mp4, ..., numbered with as many digits as K has)",
         metavar="K",
     )
     fps: float | None = setting(
@@ -77,7 +77,8 @@ class PlayOptions:
         ).validate()
         check(
             is_int(self.record_episodes) and 1 <= self.record_episodes <= self.episodes,
-            f"--record-episodes must be from 1 to --episodes ({self.episodes}), got {self.record_episodes}",
+            f"--record-episodes must be a whole number from 1 to --episodes ({self.episodes}), "
+            f"got {self.record_episodes!r}",
         )
         check(self.fps is None or is_number(self.fps), f"--fps must be a number, got {self.fps!r}")
         check(self.fps is None or MIN_FPS <= self.fps <= MAX_FPS, fps_error(self.fps or 0))
@@ -99,7 +100,7 @@ class MatchStatus:
 
 
 def check_episodes(episodes: int) -> None:
-    check(is_int(episodes) and episodes >= 1, f"--episodes must be at least 1, got {episodes!r}")
+    check(is_int(episodes) and episodes >= 1, f"--episodes must be a whole number, at least 1, got {episodes!r}")
     check(episodes <= MAX_EPISODES, f"--episodes must be at most {MAX_EPISODES:,}, got {episodes}")
 
 

@@ -138,7 +138,7 @@ def run_label(run_dir: Path) -> str:
     """A run's name in titles and legends: its directory (also for its own progress.csv),
     or another CSV file's name (seed2-past-5M.progress.csv: seed2-past-5M)."""
     if run_dir.name == "progress.csv":
-        return run_label(run_dir.resolve().parent)
+        return run_label(run_dir.absolute().parent)
     if run_dir.suffix == ".csv":
         return run_dir.name.removesuffix(".csv").removesuffix(".progress")
     return run_dir.resolve().name or str(run_dir)

@@ -71,9 +71,11 @@ def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and not words[0].startswith("-") and words[0] not in COMMANDS:
         parser.error(f"no command {words[0]!r}{did_you_mean(words[0], COMMANDS)} (the commands: {', '.join(COMMANDS)})")
-    first = next((w for w in words if not w.startswith("-")), None)
-    if first not in COMMANDS and any(w not in ("-h", "--help", "--version") for w in words):  # pgpong --seed 3
-        flag = next(w for w in words if w not in ("-h", "--help", "--version"))
+    first = next((k for k, w in enumerate(words) if not w.startswith("-")), len(words))
+    own = ("--help", "--version")  # and argparse's abbreviations of them, and -h
+    early = [w for w in words[:first] if w != "-h" and not (len(w) > 2 and any(o.startswith(w) for o in own))]
+    if early:  # pgpong --seed 3 train
+        flag = early[0]
         parser.error(
             f"{flag} before a command: options go after it, pgpong COMMAND {flag} ... (the commands: "
             f"{', '.join(COMMANDS)})"
