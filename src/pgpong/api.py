@@ -254,6 +254,7 @@ def evaluate_agent(
     `record` films the first `record_episodes` matches to .mp4 or .gif files (drawn
     `record_scale` times the screen's size: default 3 for MP4, 2 for GIF)."""
     from pgpong.agent import Agent
+    from pgpong.cluster import ray_running
     from pgpong.console import LiveLine
     from pgpong.envs import check_env_id
     from pgpong.evaluate import MatchStatus, PlayOptions, evaluate, load_policy, match_line, record_matches
@@ -290,7 +291,7 @@ def evaluate_agent(
     env_id = env_id or trained_on or "ALE/Pong-v5"
     check_env_id(env_id)
     pool = None
-    ray_was_up = _ray_running()
+    ray_was_up = ray_running()
     try:
         restore = _keep_sigterm()
         pool = open_pool(WorkerSettings(env_id, max_episode_steps), workers, _address(address), at_most=episodes)
@@ -427,12 +428,6 @@ def _address(address: str | None) -> str | None:
         address is None or bool(address.strip()), "address is empty: give None for a local Ray instance, or HOST:PORT"
     )
     return address or os.environ.get("RAY_ADDRESS") or None
-
-
-def _ray_running() -> bool:
-    from pgpong.cluster import ray_running
-
-    return ray_running()
 
 
 def _keep_sigterm() -> Callable[[], None]:
