@@ -76,7 +76,7 @@ def parse_address(address: str) -> tuple[str, int]:
         )
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not (port.isascii() and port.isdigit()):
+    if not sep or not host or not port.isdecimal():
         raise ClusterError(f"cluster address {address!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
     if not 1 <= int(port) <= 65535:
         raise ClusterError(f"cluster address {address!r}: port {port} is out of range (1-65535)")

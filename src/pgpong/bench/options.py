@@ -34,7 +34,7 @@ class Shape:
     @classmethod
     def parse(cls, text: str) -> Shape:
         nodes, sep, cpus = text.lower().partition("x")
-        if not (sep and all(part.strip().isascii() and part.strip().isdigit() for part in (nodes, cpus))):
+        if not (sep and nodes.strip().isdecimal() and cpus.strip().isdecimal()):
             raise ValueError(f"--simulate takes NODESxCPUS, e.g. 1x64 or 11x18, got {text!r}")
         shape = cls(int(nodes), int(cpus))
         if not (1 <= shape.nodes <= 64 and 1 <= shape.cpus <= 512):

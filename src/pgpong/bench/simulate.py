@@ -223,12 +223,12 @@ def simulated_kind(settings: WorkerSettings, shape: Shape, bank: Bank) -> Worker
 
 def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
     """The weights the bank's matches are played with, and what they are."""
+    hidden = TrainConfig().hidden  # what bench's trainer sums and steps
     if opts.bank_policy == "new":
-        return Params.initial(TrainConfig().hidden, opts.seed), f"a new policy (seed {opts.seed})"
+        return Params.initial(hidden, opts.seed), f"a new policy (seed {opts.seed})"
     from pgpong.evaluate import load_policy
 
     policy = load_policy(None if opts.bank_policy == "shipped" else Path(opts.bank_policy))
-    hidden = TrainConfig().hidden  # what bench's trainer sums and steps
     if policy.weights.W1.shape[0] != hidden:
         raise ConfigError(
             f"--bank-policy {opts.bank_policy}: its network has {policy.weights.W1.shape[0]} hidden units; "
