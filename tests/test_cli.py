@@ -488,8 +488,8 @@ def test_an_unknown_flag_names_the_command_whose_help_to_read():
     [
         (["trian"], "no command 'trian'; did you mean train? (the commands: train, play, plot, weights, bench, study)"),
         (["xyz"], "no command 'xyz' (the commands: train, play"),
-        (["--seed", "3", "train"], "--seed before a command: options go after it, pgpong COMMAND --seed ..."),
-        (["--seed=3", "train"], "--seed=3 before a command: options go after it, pgpong COMMAND --seed=3 ..."),
+        (["--seed", "3", "train"], "--seed must follow a command: pgpong COMMAND --seed ... (see pgpong --help)"),
+        (["--seed=3", "train"], "--seed=3 must follow a command: pgpong COMMAND --seed=3 ..."),
         (
             ["train", "--batchsize", "20"],
             "arguments: --batchsize 20; did you mean --batch-size? (see pgpong train --help)",

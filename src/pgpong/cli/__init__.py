@@ -76,10 +76,7 @@ def _run(argv: Sequence[str] | None) -> int:
     early = [w for w in words[:first] if w != "-h" and not (len(w) > 2 and any(o.startswith(w) for o in own))]
     if early:  # pgpong --seed 3 train
         flag = early[0]
-        parser.error(
-            f"{flag} before a command: options go after it, pgpong COMMAND {flag} ... (the commands: "
-            f"{', '.join(COMMANDS)})"
-        )
+        parser.error(f"{flag} must follow a command: pgpong COMMAND {flag} ...")
     args, unknown = parser.parse_known_args(words)
     if unknown:  # told by the command's own parser, so that its --help is the one named
         command = parser.command_parsers[args.command]
