@@ -116,6 +116,7 @@ def test_workers_0_trains_any_pong_id_without_ray_and_config_json_says_how(tmp_p
         "max_episode_steps": 40,
         "iterations": 1,
         "workers": 0,
+        "workers_per_cpu": 1.0,
         "keep_checkpoints": 3,
         "checkpoint_every": 60.0,
     }
@@ -134,6 +135,8 @@ BAD_INPUTS = [
     (["--hidden", "0"], ["--hidden"]),
     (["--gamma", "1.5"], ["--gamma"]),
     (["--workers", "-1"], ["--workers"]),
+    (["--workers-per-cpu", "0.5"], ["--workers-per-cpu must be in [1, 4], got 0.5"]),
+    (["--workers-per-cpu", "nan"], ["--workers-per-cpu must be in [1, 4], got nan"]),
     (["--hidden", "many"], ["--hidden", "many"]),
     (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment", "PongNoFrameskip-v4"]),
     (["--env-id", "ALE/Breakout-v5"], ["ALE/Breakout-v5", "is not Pong", "ALE/Pong-v5"]),

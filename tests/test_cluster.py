@@ -218,3 +218,38 @@ def test_train_on_an_existing_cluster_by_address(tmp_path, cluster):
     )
     assert proc.returncode == 0, proc.stderr
     assert "on 2 Ray worker(s)" in proc.stdout  # one per CPU of the cluster: head + node
+
+
+@pytest.mark.long
+def test_workers_per_cpu_put_three_on_each_node_of_two_cpus_and_change_no_weight(tmp_path):
+    """--workers-per-cpu 1.5 on two nodes of 2 CPUs: 3 workers a node, each holding
+    0.6666 of a CPU, the batch's 6 matches in play at once; the weights of --workers 0."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from pgpong.pool import open_pool
+    from pgpong.pool.cluster_pool import ClusterPool
+
+    settings = {**SETTINGS, "batch_size": 6, "max_episode_steps": 100}
+    reference = train_in_process(tmp_path / "reference", 0, 2, settings)
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
+    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
+    for _ in range(2):
+        c.add_node(num_cpus=2, object_store_memory=STORE)
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level=logging.WARNING)
+    try:
+        pool = open_pool(WorkerSettings("ALE/Pong-v5", 100, entropy_bonus=BONUS), None, None, per_cpu=1.5)
+        try:
+            assert isinstance(pool, ClusterPool) and sorted(pool._leaders.values()) == [3, 3]
+            assert ray.available_resources().get("CPU", 0) == pytest.approx(4 - 6 * 0.6666)
+            with hang_guard(180):
+                state = train_in_process(tmp_path / "run", 6, 2, settings, pool=pool)
+        finally:
+            pool.close()
+    finally:
+        ray.shutdown()
+        c.shutdown()
+    assert_same_state(state, reference)

@@ -1,8 +1,18 @@
 """How a cluster pool's workers are spread over its nodes (placement.py)."""
 
 import numpy as np
+import pytest
 
-from pgpong.placement import lower_bound, request_size, requests, shared_cores, shares
+from pgpong.placement import (
+    cpu_share,
+    lower_bound,
+    node_workers,
+    request_size,
+    requests,
+    shared_cores,
+    shared_first_free,
+    shares,
+)
 
 
 def test_workers_spread_over_nodes_by_their_cpus():
@@ -105,3 +115,35 @@ def test_shared_cores_by_hand_and_at_its_limits():
     assert shared_cores(lengths, 30) == max(lengths)  # a core each
     assert abs(shared_cores(lengths, 1) - sum(lengths)) < 1e-9  # one core: the work, one after another
     assert lower_bound(lengths, 7) <= shared_cores(lengths, 7) < sum(lengths)
+
+
+def test_workers_sharing_a_nodes_cores_by_hand_and_at_their_limits():
+    from pgpong.placement import first_free
+
+    # 3 matches of 1 on 2 cores: with 3 workers all play at 2/3 of a core and end at 1.5;
+    # with 2, the third waits for a free core: 2.
+    assert shared_first_free([1.0, 1.0, 1.0], [(3, 2)]) == pytest.approx(1.5)
+    assert shared_first_free([1.0, 1.0, 1.0], [(2, 2)]) == first_free([1.0, 1.0, 1.0], 2) == 2.0
+    # two nodes: the first fills first (4 on its 2 cores, at 1/2), the second has one on its 2
+    assert shared_first_free([1.0] * 5, [(4, 2), (4, 2)]) == pytest.approx(2.0)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        lengths = list(rng.uniform(1, 3, size=int(rng.integers(1, 40))))
+        workers = int(rng.integers(1, 12))  # no more workers than cores: a core each, first free
+        assert shared_first_free(lengths, [(workers, workers)], 0.01) == pytest.approx(
+            first_free(lengths, workers, 0.01)
+        )
+        cores = int(rng.integers(1, 12))  # every match started at once: the cores shared
+        assert shared_first_free(lengths, [(len(lengths), cores)]) == pytest.approx(shared_cores(lengths, cores))
+        split = [(workers, cores), (workers + 1, cores)]  # never below the lower bound of the cores
+        assert shared_first_free(lengths, split) >= lower_bound(lengths, 2 * cores) - 1e-9
+
+
+def test_workers_a_cpu_fit_in_what_ray_counts():
+    assert (cpu_share(1.0), cpu_share(1.5), cpu_share(1.6), cpu_share(3.0)) == (1.0, 0.6666, 0.625, 0.3333)
+    assert [node_workers(18, n) for n in (1.0, 1.5, 1.6, 2.0)] == [18, 27, 28, 36]
+    assert node_workers(2, 1.5) == 3 and node_workers(1, 1.5) == 1 and node_workers(0, 2.0) == 0
+    for cpus in range(1, 65):
+        for per_cpu in (1.0, 1.3, 1.5, 1.6, 2.0, 2.5, 3.7, 4.0):
+            count = node_workers(cpus, per_cpu)
+            assert count * cpu_share(per_cpu) <= cpus + 1e-9 < (count + 1) * cpu_share(per_cpu)

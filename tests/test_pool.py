@@ -203,6 +203,28 @@ def test_play_batch_hears_the_matches_in_episode_order_and_sums_them_as_this_pro
     assert alone.measures.bytes_in == 0 and alone.measures.barrier_s is None
 
 
+def test_workers_per_cpu_share_a_node_and_sum_as_this_process_does(ray_instance):
+    """--workers-per-cpu 1.5 on this 2-CPU instance: 3 workers, each holding 0.6666 of a
+    CPU (2/3 cut to Ray's 0.0001), a batch of 3 in play at once; the same exact sum."""
+    from pgpong.pool import open_pool
+
+    weights, episodes = Params.initial(16, 1), [EpisodeId(2, 0, k) for k in range(3)]
+    pool = open_pool(WorkerSettings("ALE/Pong-v5", 80), None, None, per_cpu=1.5)
+    try:
+        assert isinstance(pool, RayPool) and pool.num_workers == 3
+        assert ray_instance.available_resources().get("CPU", 0) == pytest.approx(2 - 3 * 0.6666)
+        played = pool.play_batch(weights, episodes)
+    finally:
+        pool.close()
+    local = LocalPool(WorkerSettings("ALE/Pong-v5", 80))
+    try:
+        alone = local.play_batch(weights, episodes)
+    finally:
+        local.close()
+    np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+    np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
+
+
 @pytest.mark.parametrize(
     "address", ["nonsense", "host:", ":123", "127.0.0.1:1", "a..b:6379", "localhost:\u00b2", "x" * 64 + ":6379"]
 )

@@ -32,6 +32,19 @@ def test_prediction_is_bounded_by_the_schedule_and_the_driver_does_not_grow_with
     assert small["driver_cpu_ms"] < big["driver_cpu_ms"] < huge["driver_cpu_ms"]
 
 
+def test_workers_sharing_the_cores_start_a_batch_of_300_at_once_on_11x18():
+    """--workers-per-cpu 1.6: 28 workers a node, 308 for 300 matches, all in play at once
+    (the cores shared), beats the best schedule of whole matches a core each; at 1.5
+    (297 workers) three matches wait for a second wave, and it does no better than 1."""
+    early = PHASES["early"]
+    alone, shared, short = (predict(300, 11, 18, early, samples=20, per_cpu=n) for n in (1.0, 1.6, 1.5))
+    assert (alone["workers"], shared["workers"], short["workers"]) == (198, 308, 297)
+    assert shared["best_whole_matches_s"] == alone["best_whole_matches_s"]  # a core each, the same bound
+    assert shared["of_best_whole_matches"] < 1.0 < 1.1 < alone["of_best_whole_matches"]
+    assert short["pgpong_schedule_s"] > alone["pgpong_schedule_s"]
+    assert shared["lower_bound_s"] <= shared["pgpong_schedule_s"]
+
+
 def test_projection_adds_the_models_seconds_per_update_until_the_threshold():
     from pgpong.scaling import project
 
@@ -103,13 +116,13 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     for given, says in [
-        (tmp_path / "nowhere", "no progress file"),
-        (foreign, "is not a pgpong progress file (no batch_episodes"),
-        (empty, "is not a pgpong progress file"),
+        (["--learning", str(tmp_path / "nowhere")], "no progress file"),
+        (["--learning", str(foreign)], "is not a pgpong progress file (no batch_episodes"),
+        (["--learning", str(empty)], "is not a pgpong progress file"),
+        (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be in [1, 4], got 0.5"),
+        (["--workers-per-cpu", "nan"], "--workers-per-cpu must be in [1, 4], got nan"),
     ]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pgpong.scaling", "--learning", str(given)], capture_output=True, text=True
-        )
+        proc = subprocess.run([sys.executable, "-m", "pgpong.scaling", *given], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)
         [line] = proc.stderr.strip().splitlines()
         assert line.startswith("python -m pgpong.scaling: error: ") and says in line

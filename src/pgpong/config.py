@@ -39,6 +39,7 @@ MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 
 # dH/dlogit at most 0.224 in size: past a bonus of 10 the entropy is all that is learned.
 MAX_ENTROPY_BONUS = 10.0
 MAX_INIT_SCALE = 100.0
+MAX_WORKERS_PER_CPU = 4.0  # rollout workers a CPU, at most (each holds 250-350 MB)
 
 
 class ConfigError(PgpongError, ValueError):
@@ -163,6 +164,15 @@ class TrainConfig:
         learning=False,
         shown="the CPUs of the Ray cluster",
     )
+    workers_per_cpu: float = setting(
+        1.0,
+        "rollout workers a CPU of each Ray node (up to 4): above 1 a node's cores are shared by more matches than "
+        "it has, so a batch larger than the cluster's CPUs starts all at once; give each match a worker (N a little "
+        "above batch / CPUs: the model, batch 300 on 11x18 at 1.6, 28 a node: 0.94 / 1.07 of the best whole-match "
+        "schedule early / late in training, against 1.18 / 1.33 at 1; docs/SCALING.md)",
+        learning=False,
+        metavar="N",
+    )
     keep_checkpoints: int = setting(3, "how many of the newest checkpoints to keep", learning=False)
     checkpoint_every: float = setting(
         60.0,
@@ -254,6 +264,10 @@ class TrainConfig:
         check(
             self.workers is None or (is_int(self.workers) and self.workers >= 0),
             f"--workers must be 0 or more, got {self.workers!r}",
+        )
+        check(
+            is_number(self.workers_per_cpu) and 1 <= self.workers_per_cpu <= MAX_WORKERS_PER_CPU,
+            f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {self.workers_per_cpu!r}",
         )
         check(
             is_int(self.keep_checkpoints) and self.keep_checkpoints >= 1,

@@ -19,6 +19,18 @@ def shares(workers: int, cpus: list[int]) -> list[int]:
     return counts
 
 
+def node_workers(cpus: int, per_cpu: float) -> int:
+    """The rollout workers a node of `cpus` CPUs runs at `per_cpu` workers a CPU (each
+    asks Ray for 1 / per_cpu of a CPU, cut to Ray's 0.0001: cpu_share)."""
+    return max(1, int(cpus / cpu_share(per_cpu) + 1e-9)) if cpus else 0
+
+
+def cpu_share(per_cpu: float) -> float:
+    """What each rollout worker asks of Ray at `per_cpu` workers a CPU: a whole CPU at
+    1, else 1 / per_cpu cut down to the 0.0001 Ray counts in (so 27 of 2/3 fit on 18)."""
+    return 1.0 if per_cpu <= 1 else int(1e4 / per_cpu) / 1e4
+
+
 def groups(workers: int, at_most: int) -> list[int]:
     """`workers` of one node cut into as few groups of at most `at_most` as can be, of
     sizes that differ by one at most: 64 -> [32, 32], 40 -> [20, 20], 18 -> [18]."""
@@ -119,6 +131,32 @@ def shared_cores(durations: list[float], cores: float) -> float:
     for i, length in enumerate(lengths):
         now += (length - done) / min(1.0, cores / (len(lengths) - i))
         done = length
+    return now
+
+
+def shared_first_free(durations: list[float], nodes: list[tuple[int, int]], pause: float = 0.0) -> float:
+    """pgpong's schedule where a node's workers may outnumber its cores (--workers-per-cpu
+    above 1): the matches in episode order, each to the first free worker (at the start,
+    node after node, as the nodes' first requests to the queue fill them), the cores of a
+    node shared equally by its matches in play (each of k on c cores advances at min(1, c/k)
+    of a core, as the operating system shares them). `nodes`: (workers, cores) of each.
+    When the last match ends; with no more workers than cores, first_free's answer."""
+    todo = deque(d + pause for d in durations)
+    done = [0.0] * len(nodes)  # the work each of a node's matches in play has had: they share its cores equally
+    ends: list[list[float]] = [[] for _ in nodes]  # a node's matches in play: `done` at which each ends
+    for n, (workers, _) in enumerate(nodes):
+        while todo and len(ends[n]) < workers:
+            heapq.heappush(ends[n], todo.popleft())
+    now = 0.0
+    while any(ends):
+        rates = [min(1.0, cores / len(e)) if e else 0.0 for e, (_, cores) in zip(ends, nodes, strict=True)]
+        n = min((n for n, e in enumerate(ends) if e), key=lambda n: (ends[n][0] - done[n]) / rates[n])
+        wait = (ends[n][0] - done[n]) / rates[n]
+        now += wait
+        for m, e in enumerate(ends):
+            done[m] = heapq.heappop(e) if m == n else done[m] + wait * rates[m]
+        if todo:  # the freed worker takes the next match
+            heapq.heappush(ends[n], done[n] + todo.popleft())
     return now
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.config import ConfigError, TrainConfig, load_config
+from pgpong.config import MAX_WORKERS_PER_CPU, ConfigError, TrainConfig, load_config
 from pgpong.placement import (
     LEADER_WORKERS,
     POLL_SECONDS,
@@ -43,8 +43,10 @@ from pgpong.placement import (
     first_free,
     groups,
     lower_bound,
+    node_workers,
     pipelined,
     requests,
+    shared_first_free,
 )
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks `pgpong bench
@@ -90,41 +92,48 @@ PHASES = {
 }
 
 
-def cpu_ms(batch: int, nodes: int, cpus: int, seconds: float, c: Constants, asked: float) -> tuple[float, float]:
+def cpu_ms(batch: int, nodes: int, each: int, seconds: float, c: Constants, asked: float) -> tuple[float, float]:
     """The driver's and the queue's CPU milliseconds in an update of `seconds` whose
-    matches the nodes' leaders asked the queue for in `asked` requests."""
+    matches the nodes' leaders (of `each` workers a node) asked the queue for in `asked` requests."""
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
-    leaders = len(leader_sizes(nodes, cpus))
+    leaders = len(leader_sizes(nodes, each))
     calls = asked + leaders * seconds / REPORT_SECONDS + 1 + seconds / POLL_SECONDS
     return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls + c.queue_ms_per_match * batch
 
 
-def leader_sizes(nodes: int, cpus: int) -> list[int]:
-    """The workers of each leader of a cluster of `nodes` nodes of `cpus` CPUs."""
-    return [size for _ in range(nodes) for size in groups(cpus, LEADER_WORKERS)]
+def leader_sizes(nodes: int, each: int) -> list[int]:
+    """The workers of each leader of a cluster of `nodes` nodes of `each` workers."""
+    return [size for _ in range(nodes) for size in groups(each, LEADER_WORKERS)]
 
 
-def predict(batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200) -> dict[str, float]:
-    """Medians over `samples` batches whose match lengths are drawn from c.lengths."""
+def predict(
+    batch: int, nodes: int, cpus: int, c: Constants, samples: int = 200, per_cpu: float = 1.0
+) -> dict[str, float]:
+    """Medians over `samples` batches whose match lengths are drawn from c.lengths, with
+    `per_cpu` workers a CPU (--workers-per-cpu; above 1 a node's matches share its cores);
+    the lower bound and the best whole-match schedule are those of one worker a core."""
     rng = np.random.default_rng(0)
-    workers = nodes * cpus
+    workers, each = nodes * cpus, node_workers(cpus, per_cpu)
     pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
     rows = []
     for _ in range(samples):
         durations = list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core)
-        play = first_free(durations, workers, pause)
+        if each > cpus:
+            play = shared_first_free(durations, [(each, cpus)] * nodes, pause)
+        else:
+            play = first_free(durations, workers, pause)
         seconds = play + c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
         lower = lower_bound(durations, workers)
-        asked = requests(durations, leader_sizes(nodes, cpus), c.ray_s_per_match, c.queue_s)
+        asked = requests(durations, leader_sizes(nodes, each), c.ray_s_per_match, c.queue_s)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play, asked))
     seconds, lower, best, play, asked = (statistics.median(column) for column in zip(*rows, strict=True))
-    driver_ms, queue_ms = cpu_ms(batch, nodes, cpus, seconds, c, asked)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, each, seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)  # neither can do an update's work in less
     return {
         "batch_size": batch,
         "nodes": nodes,
-        "workers": workers,
+        "workers": nodes * each,
         "seconds_per_update": seconds,
         "lower_bound_s": lower,
         "efficiency": lower / seconds,
@@ -371,6 +380,14 @@ def main() -> None:
         "(--lag 1 overlaps batches so)",
     )
     parser.add_argument(
+        "--workers-per-cpu",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="the table with N rollout workers a CPU (a node's matches sharing its cores), as --workers-per-cpu "
+        "N trains",
+    )
+    parser.add_argument(
         "--lag-share",
         type=float,
         metavar="S",
@@ -387,6 +404,9 @@ def main() -> None:
     c = PHASES[args.phase]
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
         parser.exit(2, f"python -m pgpong.scaling: error: --lag-share must be in (0, 1], got {args.lag_share:g}\n")
+    if not 1 <= args.workers_per_cpu <= MAX_WORKERS_PER_CPU:
+        bad = f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {args.workers_per_cpu:g}"
+        parser.exit(2, f"python -m pgpong.scaling: error: {bad}\n")
     if args.lag or args.lag_share:
         print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
         return
@@ -396,9 +416,10 @@ def main() -> None:
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for batch, nodes, cpus in SCENARIOS:
-        p = predict(batch, nodes, cpus, c)
+        p = predict(batch, nodes, cpus, c, per_cpu=args.workers_per_cpu)
+        shown = f" ({p['workers']:,.0f} workers)" if args.workers_per_cpu != 1 else ""
         print(
-            f"| {batch:,} | {nodes}x{cpus} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
+            f"| {batch:,} | {nodes}x{cpus}{shown} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
             f" | {p['best_whole_matches_s']:.2f} s | {p['pgpong_schedule_s']:.2f} s | {p['efficiency']:.2f}"
             f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms | {p['queue_cpu_ms']:,.0f} ms"
             f" | {p['bytes_into_driver'] / 2**20:,.1f} MB |"

@@ -94,7 +94,12 @@ class TrainingSession:
         ray_was_up = ray_running()
         try:
             pool = open_pool(
-                worker_settings(config), config.workers, self.address, note=self.note, overlap=config.lagged
+                worker_settings(config),
+                config.workers,
+                self.address,
+                note=self.note,
+                overlap=config.lagged,
+                per_cpu=config.workers_per_cpu,
             )
             connected()
             if config.workers and pool.num_workers != config.workers:  # config.json records what runs

@@ -10,9 +10,11 @@ ones play. Whatever the pool, it gives the exact sum of the batch's gradients
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from pgpong.cluster import cluster_cpus, nodes_with_cpus, start_ray
+from pgpong.placement import node_workers
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -58,6 +60,7 @@ def open_pool(
     kind: WorkerKind | None = None,
     limits: Limits | None = None,
     overlap: bool = False,
+    per_cpu: float = 1.0,
 ) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
@@ -65,18 +68,20 @@ def open_pool(
     workers (ClusterPool); on one node the driver runs them (RayPool). More workers
     than the cluster has CPUs are not waited for: `note` says how many run.
     `overlap` (--lag 1): a pool that plays the next batch while this one's last
-    matches finish, on one node too (a ClusterPool). Close the pool, then call
-    cluster.stop_ray()."""
+    matches finish, on one node too (a ClusterPool). `per_cpu` workers a CPU
+    (--workers-per-cpu): above 1, each asks Ray for 1 / per_cpu of a CPU, and a node's
+    matches share its cores. Close the pool, then call cluster.stop_ray()."""
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
-    cpus = cluster_cpus()
+    kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
+    cpus = cluster_cpus() if per_cpu <= 1 else sum(node_workers(cpus, per_cpu) for _, cpus in nodes_with_cpus())
     if workers is None:
         workers = cpus if at_most is None else min(at_most, cpus)
     elif workers > cpus:
-        note(f"{workers} workers asked, but the Ray cluster has {cpus} CPU(s): running {cpus}")
+        room = f"room for {cpus} at {per_cpu:g} a CPU" if per_cpu > 1 else f"{cpus} CPU(s)"
+        note(f"{workers} workers asked, but the Ray cluster has {room}: running {cpus}")
         workers = cpus
-    kind = kind or WorkerKind(RolloutWorker)
     from pgpong.pool.cluster_pool import ClusterPool
     from pgpong.pool.ray_pool import RayPool
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgpong.cluster import nodes_with_cpus
-from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, shares
+from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, node_workers, shares
 from pgpong.policy import Params
 from pgpong.pool.ahead import Ahead
 from pgpong.pool.base import (
@@ -93,7 +93,7 @@ class ClusterPool:
         self._limits = limits = limits or Limits()
         kind = kind or WorkerKind()
         nodes = nodes_with_cpus()
-        counts = shares(num_workers, [cpus for _, cpus in nodes])
+        counts = shares(num_workers, [node_workers(cpus, kind.per_cpu) for _, cpus in nodes])
         leader_class: Any = ray.remote(num_cpus=0, runtime_env={"env_vars": worker_env()})(NodeLeader)
         leaders = [
             leader_class.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(

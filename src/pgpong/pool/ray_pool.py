@@ -46,7 +46,7 @@ class Crew:
         self._ray = ray
         self.kind = kind
         self.size = size
-        options: dict[str, Any] = {"num_cpus": kind.per_process, "runtime_env": {"env_vars": worker_env()}}
+        options: dict[str, Any] = {"num_cpus": kind.cpus(kind.per_process), "runtime_env": {"env_vars": worker_env()}}
         if kind.per_process > 1:  # its slots' calls run side by side, each in a thread
             options["max_concurrency"] = kind.per_process * LOOKAHEAD + 4
         if node_id is not None:
@@ -77,7 +77,7 @@ class Crew:
         """A process for `slots` workers (one, unless bench simulates several in one)."""
         kind, actor_class = self.kind, self._actor_class
         if slots != kind.per_process:
-            actor_class = actor_class.options(num_cpus=slots, max_concurrency=slots * LOOKAHEAD + 4)
+            actor_class = actor_class.options(num_cpus=kind.cpus(slots), max_concurrency=slots * LOOKAHEAD + 4)
         actor = actor_class.remote(self._settings, *kind.args)
         workers = [actor] if kind.per_process == 1 else [Slot(actor, i) for i in range(slots)]
         self.starting[cast(Any, workers[0]).pid.remote()] = workers

@@ -14,6 +14,7 @@ from typing import Any
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from pgpong.envs import make_env
+from pgpong.placement import cpu_share
 from pgpong.policy import Params
 from pgpong.pool.base import WorkerSettings
 from pgpong.pool.sums import Played
@@ -208,11 +209,18 @@ class RolloutWorker:
 class WorkerKind:
     """How rollout workers are made: one Ray actor (one process, one CPU) per worker,
     or, for bench's simulation of a big cluster, one process standing in for
-    `per_process` workers (it holds that many CPUs, and its methods take the slot)."""
+    `per_process` workers (it holds that many CPUs, and its methods take the slot).
+    With `per_cpu` above 1 (--workers-per-cpu) each worker holds 1 / per_cpu of a CPU,
+    and a node's matches share its cores."""
 
     worker_class: type = RolloutWorker
     per_process: int = 1
     args: tuple = ()  # passed to worker_class after the WorkerSettings
+    per_cpu: float = 1.0
+
+    def cpus(self, workers: int) -> float:
+        """What a process of `workers` of them asks Ray for."""
+        return workers if self.per_cpu <= 1 else round(workers * cpu_share(self.per_cpu), 4)
 
 
 @dataclass(frozen=True)
