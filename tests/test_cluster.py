@@ -222,8 +222,9 @@ def test_train_on_an_existing_cluster_by_address(tmp_path, cluster):
 
 @pytest.mark.long
 def test_workers_per_cpu_put_three_on_each_node_of_two_cpus_and_change_no_weight(tmp_path):
-    """--workers-per-cpu 1.5 on two nodes of 2 CPUs: 3 workers a node, each holding
-    0.6666 of a CPU, the batch's 6 matches in play at once; the weights of --workers 0."""
+    """--workers-per-cpu 1.5 on two nodes of 2 CPUs with a batch of 6: 3 workers a node,
+    each holding 0.6666 of a CPU (2/3 cut to Ray's 0.0001), the batch's 6 matches in
+    play at once; the weights of --workers 0."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -241,7 +242,8 @@ def test_workers_per_cpu_put_three_on_each_node_of_two_cpus_and_change_no_weight
     c.wait_for_nodes()
     ray.init(address=c.address, logging_level=logging.WARNING)
     try:
-        pool = open_pool(WorkerSettings("ALE/Pong-v5", 100, entropy_bonus=BONUS), None, None, per_cpu=1.5)
+        settings_of_pool = WorkerSettings("ALE/Pong-v5", 100, entropy_bonus=BONUS)
+        pool = open_pool(settings_of_pool, None, None, per_cpu=1.5, matches=6)
         try:
             assert isinstance(pool, ClusterPool) and sorted(pool._leaders.values()) == [3, 3]
             assert ray.available_resources().get("CPU", 0) == pytest.approx(4 - 6 * 0.6666)

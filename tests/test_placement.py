@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pgpong.placement import (
+    cluster_workers,
     cpu_share,
     lower_bound,
     node_workers,
@@ -147,3 +148,8 @@ def test_workers_a_cpu_fit_in_what_ray_counts():
         for per_cpu in (1.0, 1.3, 1.5, 1.6, 2.0, 2.5, 3.7, 4.0):
             count = node_workers(cpus, per_cpu)
             assert count * cpu_share(per_cpu) <= cpus + 1e-9 < (count + 1) * cpu_share(per_cpu)
+    # no more workers than a batch's matches need, or than the CPUs if they are more
+    assert cluster_workers([18] * 11, 2.0) == 396 and cluster_workers([18] * 11, 2.0, 300) == 300
+    assert cluster_workers([18] * 11, 1.5, 300) == 297  # what 1.5 has room for: too few
+    assert cluster_workers([18] * 11, 2.0, 60) == 198 and cluster_workers([18] * 11, 1.0, 300) == 198
+    assert cluster_workers([2, 2], 1.5, 6) == 6 and cluster_workers([2, 2], 2.0, 6) == 6

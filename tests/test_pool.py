@@ -204,15 +204,16 @@ def test_play_batch_hears_the_matches_in_episode_order_and_sums_them_as_this_pro
 
 
 def test_workers_per_cpu_share_a_node_and_sum_as_this_process_does(ray_instance):
-    """--workers-per-cpu 1.5 on this 2-CPU instance: 3 workers, each holding 0.6666 of a
-    CPU (2/3 cut to Ray's 0.0001), a batch of 3 in play at once; the same exact sum."""
+    """--workers-per-cpu 2 on this 2-CPU instance with a batch of 3: 3 workers (not 4: a
+    worker for each match), each holding half a CPU, the batch in play at once; the
+    same exact sum."""
     from pgpong.pool import open_pool
 
     weights, episodes = Params.initial(16, 1), [EpisodeId(2, 0, k) for k in range(3)]
-    pool = open_pool(WorkerSettings("ALE/Pong-v5", 80), None, None, per_cpu=1.5)
+    pool = open_pool(WorkerSettings("ALE/Pong-v5", 80), None, None, per_cpu=2.0, matches=3)
     try:
         assert isinstance(pool, RayPool) and pool.num_workers == 3
-        assert ray_instance.available_resources().get("CPU", 0) == pytest.approx(2 - 3 * 0.6666)
+        assert ray_instance.available_resources().get("CPU", 0) == pytest.approx(2 - 3 * 0.5)
         played = pool.play_batch(weights, episodes)
     finally:
         pool.close()

@@ -25,6 +25,16 @@ def node_workers(cpus: int, per_cpu: float) -> int:
     return max(1, int(cpus / cpu_share(per_cpu) + 1e-9)) if cpus else 0
 
 
+def cluster_workers(cpus: list[int], per_cpu: float, matches: int | None = None) -> int:
+    """The rollout workers a cluster of nodes with these CPUs runs at `per_cpu` workers
+    a CPU: node_workers of each; above 1 no more than a batch of `matches` needs, or
+    than the CPUs if they are more (a worker for each match, all in play at once,
+    spread over the nodes by their CPUs: more would let the first nodes to ask the
+    queue take a match for each of their free workers, and leave others idle)."""
+    room = sum(node_workers(c, per_cpu) for c in cpus)
+    return room if per_cpu <= 1 or matches is None else min(room, max(sum(cpus), matches))
+
+
 def cpu_share(per_cpu: float) -> float:
     """What each rollout worker asks of Ray at `per_cpu` workers a CPU: a whole CPU at
     1, else 1 / per_cpu cut down to the 0.0001 Ray counts in (so 27 of 2/3 fit on 18)."""

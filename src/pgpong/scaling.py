@@ -40,6 +40,7 @@ from pgpong.placement import (
     POLL_SECONDS,
     REPORT_SECONDS,
     best_whole_matches,
+    cluster_workers,
     first_free,
     groups,
     lower_bound,
@@ -47,6 +48,7 @@ from pgpong.placement import (
     pipelined,
     requests,
     shared_first_free,
+    shares,
 )
 
 # Match lengths (env steps) of 24 real ALE/Pong-v5 matches each, the banks `pgpong bench
@@ -92,19 +94,18 @@ PHASES = {
 }
 
 
-def cpu_ms(batch: int, nodes: int, each: int, seconds: float, c: Constants, asked: float) -> tuple[float, float]:
+def cpu_ms(batch: int, nodes: int, leaders: int, seconds: float, c: Constants, asked: float) -> tuple[float, float]:
     """The driver's and the queue's CPU milliseconds in an update of `seconds` whose
-    matches the nodes' leaders (of `each` workers a node) asked the queue for in `asked` requests."""
+    matches the nodes' `leaders` asked the queue for in `asked` requests."""
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
-    leaders = len(leader_sizes(nodes, each))
     calls = asked + leaders * seconds / REPORT_SECONDS + 1 + seconds / POLL_SECONDS
     return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls + c.queue_ms_per_match * batch
 
 
-def leader_sizes(nodes: int, each: int) -> list[int]:
-    """The workers of each leader of a cluster of `nodes` nodes of `each` workers."""
-    return [size for _ in range(nodes) for size in groups(each, LEADER_WORKERS)]
+def leader_sizes(counts: list[int]) -> list[int]:
+    """The workers of each leader of a cluster whose nodes run these many workers."""
+    return [size for count in counts for size in groups(count, LEADER_WORKERS)]
 
 
 def predict(
@@ -115,25 +116,26 @@ def predict(
     the lower bound and the best whole-match schedule are those of one worker a core."""
     rng = np.random.default_rng(0)
     workers, each = nodes * cpus, node_workers(cpus, per_cpu)
+    counts = shares(cluster_workers([cpus] * nodes, per_cpu, batch), [each] * nodes)  # as open_pool starts them
     pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
     rows = []
     for _ in range(samples):
         durations = list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core)
         if each > cpus:
-            play = shared_first_free(durations, [(each, cpus)] * nodes, pause)
+            play = shared_first_free(durations, [(count, cpus) for count in counts], pause)
         else:
             play = first_free(durations, workers, pause)
         seconds = play + c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
         lower = lower_bound(durations, workers)
-        asked = requests(durations, leader_sizes(nodes, each), c.ray_s_per_match, c.queue_s)
+        asked = requests(durations, leader_sizes(counts), c.ray_s_per_match, c.queue_s)
         rows.append((seconds, lower, best_whole_matches(durations, workers), play, asked))
     seconds, lower, best, play, asked = (statistics.median(column) for column in zip(*rows, strict=True))
-    driver_ms, queue_ms = cpu_ms(batch, nodes, each, seconds, c, asked)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, len(leader_sizes(counts)), seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)  # neither can do an update's work in less
     return {
         "batch_size": batch,
         "nodes": nodes,
-        "workers": nodes * each,
+        "workers": sum(counts),
         "seconds_per_update": seconds,
         "lower_bound_s": lower,
         "efficiency": lower / seconds,
@@ -164,8 +166,9 @@ def predict_lag(
     done = pipelined(drawn, workers, pause, step, lag, share)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    asked = statistics.median(requests(d, leader_sizes(nodes, cpus), c.ray_s_per_match, c.queue_s) for d in drawn)
-    driver_ms, queue_ms = cpu_ms(batch, nodes, cpus, seconds, c, asked)
+    sizes = leader_sizes([cpus] * nodes)
+    asked = statistics.median(requests(d, sizes, c.ray_s_per_match, c.queue_s) for d in drawn)
+    driver_ms, queue_ms = cpu_ms(batch, nodes, len(sizes), seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
     best = statistics.median(best_whole_matches(d, workers) for d in drawn)
@@ -380,12 +383,7 @@ def main() -> None:
         "(--lag 1 overlaps batches so)",
     )
     parser.add_argument(
-        "--workers-per-cpu",
-        type=float,
-        default=1.0,
-        metavar="N",
-        help="the table with N rollout workers a CPU (a node's matches sharing its cores), as --workers-per-cpu "
-        "N trains",
+        "--workers-per-cpu", type=float, default=1.0, metavar="N", help="the table at N workers a CPU, as train's flag"
     )
     parser.add_argument(
         "--lag-share",

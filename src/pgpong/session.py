@@ -100,6 +100,7 @@ class TrainingSession:
                 note=self.note,
                 overlap=config.lagged,
                 per_cpu=config.workers_per_cpu,
+                matches=config.batch_size,
             )
             connected()
             if config.workers and pool.num_workers != config.workers:  # config.json records what runs

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from pgpong.cluster import cluster_cpus, nodes_with_cpus, start_ray
-from pgpong.placement import node_workers
+from pgpong.placement import cluster_workers
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -61,6 +61,7 @@ def open_pool(
     limits: Limits | None = None,
     overlap: bool = False,
     per_cpu: float = 1.0,
+    matches: int | None = None,
 ) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
     cluster, at most `at_most`), joining the cluster at `address` or starting Ray
@@ -70,16 +71,20 @@ def open_pool(
     `overlap` (--lag 1): a pool that plays the next batch while this one's last
     matches finish, on one node too (a ClusterPool). `per_cpu` workers a CPU
     (--workers-per-cpu): above 1, each asks Ray for 1 / per_cpu of a CPU, and a node's
-    matches share its cores. Close the pool, then call cluster.stop_ray()."""
+    matches share its cores, and with `matches` (a batch's) no more start than it needs
+    (placement.cluster_workers). Close the pool, then call cluster.stop_ray()."""
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
     kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
-    cpus = cluster_cpus() if per_cpu <= 1 else sum(node_workers(cpus, per_cpu) for _, cpus in nodes_with_cpus())
+    cpus = (
+        cluster_cpus() if per_cpu <= 1 else cluster_workers([cpus for _, cpus in nodes_with_cpus()], per_cpu, matches)
+    )
     if workers is None:
         workers = cpus if at_most is None else min(at_most, cpus)
     elif workers > cpus:
         room = f"room for {cpus} at {per_cpu:g} a CPU" if per_cpu > 1 else f"{cpus} CPU(s)"
+        room += f" and batch {matches}" if per_cpu > 1 and matches else ""
         note(f"{workers} workers asked, but the Ray cluster has {room}: running {cpus}")
         workers = cpus
     from pgpong.pool.cluster_pool import ClusterPool
