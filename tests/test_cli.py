@@ -317,12 +317,22 @@ def test_resume_from_a_checkpoint_of_another_run_is_refused(tmp_path):
     assert len(read_progress(tmp_path / "a" / "progress.csv")) == 1
 
 
-def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address(tmp_path):
+def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address_and_workers_per_cpu(tmp_path):
     common = ["--workers", "0", "--batch-size", "1", "--max-episode-steps", "30", "--hidden", "8"]
     proc = run_pgpong(
-        "train", *common, "--iterations", "1", "--address", "127.0.0.1:1", "--run-dir", str(tmp_path / "r")
+        "train",
+        *common,
+        "--iterations",
+        "1",
+        "--address",
+        "127.0.0.1:1",
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--workers-per-cpu",
+        "2",
     )
     assert proc.returncode == 0 and "--workers 0 plays in this process" in proc.stderr
+    assert "--workers-per-cpu 2 is not used" in proc.stderr
     import json
 
     assert json.loads((tmp_path / "r" / "config.json").read_text())["ray_address"] == "local"

@@ -66,6 +66,8 @@ class TrainingSession:
         if run.config.workers == 0 and address is not None:
             note(f"--workers 0 plays in this process, without Ray: the Ray address {address} is not used")
             address = None
+        if run.config.workers == 0 and run.config.workers_per_cpu != 1:
+            note(f"--workers 0 plays in this process: --workers-per-cpu {run.config.workers_per_cpu:g} is not used")
         lock = RunLock(run_dir)
         try:  # read again under the lock: a run that just ended there may have written more
             run = open_run(run_dir, given, resume_from)
