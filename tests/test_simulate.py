@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_pgpong
 from pgpong.bench.options import Shape
-from pgpong.bench.simulate import bank_index
+from pgpong.bench.simulate import SharedCores, bank_index
 from pgpong.bench.updates import updates
 from pgpong.rollout import EpisodeId
 from pgpong.runlog import BatchRow
@@ -73,6 +73,47 @@ def test_a_simulated_cluster_of_two_nodes_reports_every_figure():
     # matches), not 20 episodes' gradients
     per_episode = 20 * bank["gradient_mb_mean"] * 2**20
     assert 0 < update["bytes_into_driver"] < 0.5 * per_episode
+
+
+def test_matches_sharing_a_process_cpus_slow_down_together():
+    """Three matches of 1 s on 2 CPUs each play at 2/3 of their pace: all end at 1.5 s;
+    once one ends, the other two have a CPU each (SharedCores, by its clock alone)."""
+    now = [0.0]
+    cores = SharedCores(2.0, clock=lambda: now[0])
+    ends = [cores.start(1.0) for _ in range(3)]
+    assert [cores.left(end) for end in ends] == pytest.approx([1.5, 1.5, 1.5])
+    now[0] = 0.75  # half-way: 0.5 s of work done each
+    cores.stop()  # one is given up (say, its slot's caller went away): two left, a CPU each
+    assert cores.done == pytest.approx(0.5) and cores.left(ends[0]) == pytest.approx(0.5)
+    now[0] = 1.25
+    assert cores.left(ends[1]) == pytest.approx(0.0)
+    for _ in range(2):  # both end
+        cores.stop()
+    longer = cores.start(1.0)  # alone: a CPU of its own
+    assert cores.rate() == 1.0 and cores.left(longer) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_simulated_node_of_2_cpus_shares_them_among_3_workers():
+    """bench --simulate 1x2 --workers-per-cpu 1.5, batch 3: three simulated workers in one
+    process holding 2 CPUs (3 x 0.6666), whose three matches share them: an update takes
+    at least 3 matches' work on 2 CPUs, not the longest match's time."""
+    proc = run_pgpong(
+        "bench",
+        *("--simulate", "1x2", "--workers-per-cpu", "1.5", "--batch-size", "3", "--bank-matches", "3"),
+        *("--max-episode-steps", "200", "--update-batches", "1", "--pace", "300", "--json"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    shape, bank = report["simulated"], report["bank"]
+    assert (shape["workers"], shape["worker_processes"], shape["workers_per_cpu"]) == (3, 1, 1.5)
+    (update,) = report["updates"]
+    assert update["workers"] == 3
+    assert update["seconds_per_update"] >= 0.95 * 3 * min(bank["steps"]) / 300 / 2
+    # the bounds are the 2 cores': 3 whole matches on 2 cores take at least two one after another
+    assert update["best_whole_matches_s"] >= 2 * min(bank["steps"]) / 300 * 0.999
+    assert update["overhead_s"] < update["seconds_per_update"]  # the rule's schedule is the shared one
 
 
 @pytest.mark.slow
@@ -238,6 +279,8 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "2x4", "--lag", "1", "--lag-share", "0.5"], "give --lag 1 or --lag-share, not both"),
         (["--simulate", "2x4", "--pace", "10"], "--pace must be 100-1000000 steps/s, got 10"),
         (["--pace", "2600"], "--pace sets the simulated matches' pace: it needs --simulate"),
+        (["--simulate", "2x4", "--workers-per-cpu", "0.5"], "--workers-per-cpu must be in [1, 4], got 0.5"),
+        (["--workers-per-cpu", "2"], "--workers-per-cpu is measured with --simulate"),
     ],
 )
 def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pgpong.config import (
     MAX_BATCH,
+    MAX_WORKERS_PER_CPU,
     ConfigError,
     TrainConfig,
     address_text,
@@ -107,6 +108,12 @@ class BenchOptions:
         "batch before ends; timed as with --lag 1)",
         metavar="S",
     )
+    workers_per_cpu: float = setting(
+        1.0,
+        "with --simulate: rollout workers a CPU of each simulated node, as train's --workers-per-cpu; above 1 a "
+        "process's simulated matches share the CPUs it holds (each of k on c CPUs at min(1, c/k) of the pace)",
+        metavar="N",
+    )
     bank_matches: int = setting(
         24,
         f"with --simulate: real matches played first, whose lengths and gradients it uses (at most {MAX_BANK_MATCHES})",
@@ -161,6 +168,11 @@ class BenchOptions:
         )
         check(self.lag_share == 0 or self.simulate is not None, "--lag-share is measured with --simulate only")
         check(not (self.lag and self.lag_share), "give --lag 1 or --lag-share, not both")
+        check(
+            is_number(self.workers_per_cpu) and 1 <= self.workers_per_cpu <= MAX_WORKERS_PER_CPU,
+            f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {self.workers_per_cpu}",
+        )
+        check(self.workers_per_cpu == 1 or self.simulate is not None, "--workers-per-cpu is measured with --simulate")
         if self.pace is not None:
             shown = f"{self.pace:g}" if is_number(self.pace) else repr(self.pace)
             check(is_number(self.pace) and 100 <= self.pace <= 1e6, f"--pace must be 100-1000000 steps/s, got {shown}")

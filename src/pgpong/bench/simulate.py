@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgpong.bench.options import BenchOptions, Shape
+from pgpong.bench.options import MAX_SLOTS, BenchOptions, Shape
 from pgpong.bench.updates import (
     as_trained,
     scratch_trainer,
@@ -49,6 +49,7 @@ from pgpong.cluster import (
     set_auth_mode,
 )
 from pgpong.config import ConfigError, TrainConfig
+from pgpong.placement import cluster_workers, node_workers, shares
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -58,16 +59,69 @@ from pgpong.pool.worker import PublishedWeights, Skipped, WeightsCache, WeightsT
 from pgpong.rollout import EpisodeId
 
 
+class SharedCores:
+    """The CPUs a simulating process holds (fewer than its slots at --workers-per-cpu
+    above 1), shared equally by its slots' matches in play, as an operating system
+    shares a node's cores: each of k matches on c CPUs advances at min(1, c/k) of its
+    pace. `done` is the work (seconds at full pace) each match in play has had since
+    the first began; a match of `work` seconds ends when `done` passes its start's plus
+    `work`."""
+
+    def __init__(self, cores: float, clock: Callable[[], float] = time.perf_counter):
+        self.cores, self.clock = cores, clock
+        self.done, self.playing = 0.0, 0
+        self._at = clock()
+        self._changed = threading.Condition()
+
+    def advance(self) -> None:
+        """Bring `done` to now, at the rate since the last change (with the lock held)."""
+        now = self.clock()
+        self.done += (now - self._at) * self.rate()
+        self._at = now
+
+    def rate(self) -> float:
+        return min(1.0, self.cores / self.playing) if self.playing else 0.0
+
+    def start(self, work: float) -> float:
+        """A match of `work` seconds begins: when (in `done`) it ends."""
+        self.advance()
+        self.playing += 1
+        return self.done + work
+
+    def left(self, end: float) -> float:
+        """Seconds of the clock until a match ending at `end` does, at today's rate."""
+        self.advance()
+        return max(0.0, end - self.done) / self.rate()
+
+    def stop(self) -> None:
+        self.advance()
+        self.playing -= 1
+
+    def play(self, work: float) -> None:
+        """Wait while a match of `work` seconds plays on the shared CPUs."""
+        with self._changed:
+            end = self.start(work)
+            self._changed.notify_all()  # the others slow down: they wait again
+            try:
+                while (wait := self.left(end)) > 0:
+                    self._changed.wait(wait)
+            finally:
+                self.stop()
+                self._changed.notify_all()  # the others speed up
+
+
 class SimulatedWorkers:
     """One process standing in for several rollout workers of a node (its slots).
     A slot plays one match at a time: the bank's match for that episode, as long as
     it would take at `seconds_per_step` (this machine's, or --pace's), with its real
-    gradient."""
+    gradient. At `per_cpu` above 1 (--workers-per-cpu) the process holds fewer CPUs
+    than slots, and its matches share them (SharedCores)."""
 
-    def __init__(self, settings: WorkerSettings, bank: list[Played], seconds_per_step: float):
+    def __init__(self, settings: WorkerSettings, bank: list[Played], seconds_per_step: float, per_cpu: float = 1.0):
         self.settings = settings
         self.bank = bank
         self.seconds_per_step = seconds_per_step
+        self._cores = SharedCores(_assigned_cpus()) if per_cpu > 1 else None
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
         self._read: dict[Any, Future] = {}  # what was read once for all the slots, by its reference
@@ -98,7 +152,10 @@ class SimulatedWorkers:
                 began = max(ready, arrived, self._ended.get(slot, 0.0))
             match = self.bank[bank_index(episode, len(self.bank))]
             duration = match.stats.steps * self.seconds_per_step
-            self._sleep(max(0.0, duration - (time.perf_counter() - began)))
+            if self._cores is not None:
+                self._cores.play(max(0.0, duration - (time.perf_counter() - began)))
+            else:
+                self._sleep(max(0.0, duration - (time.perf_counter() - began)))
             self._ended[slot] = time.perf_counter()
             stats = dataclasses.replace(match.stats, episode=episode, seconds=duration, timings={})
             return Played(stats, match.grad)
@@ -139,6 +196,12 @@ class SimulatedWorkers:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+
+def _assigned_cpus() -> float:
+    import ray
+
+    return float(ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0))
 
 
 def bank_index(episode: EpisodeId, size: int) -> int:
@@ -214,11 +277,11 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
     return cluster
 
 
-def simulated_kind(settings: WorkerSettings, shape: Shape, bank: Bank) -> WorkerKind:
+def simulated_kind(settings: WorkerSettings, per_process: int, bank: Bank, per_cpu: float = 1.0) -> WorkerKind:
     import ray
 
     bank_ref = ray.put(bank.matches)  # once; each simulating process fetches it once
-    return WorkerKind(SimulatedWorkers, shape.per_process, (bank_ref, bank.seconds_per_step))
+    return WorkerKind(SimulatedWorkers, per_process, (bank_ref, bank.seconds_per_step, per_cpu))
 
 
 def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
@@ -255,18 +318,25 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             bank = Bank(bank.matches, 1 / opts.pace, bank.seconds_per_step)
             here = 1 / bank.measured_seconds_per_step
             say(f"bank: played here at {here:,.0f} env steps/s a core; simulated at {opts.pace:,.0f} (--pace)")
-        processes = shape.workers // shape.per_process
-        say(f"simulated workers: {shape.workers} in {processes} process(es), {shape.per_process} each")
-        kind = simulated_kind(settings, shape, bank)
+        per_cpu, matches = opts.workers_per_cpu, max(opts.batch_sizes)
+        workers = cluster_workers([shape.cpus] * shape.nodes, per_cpu, matches)
+        counts = shares(workers, [node_workers(shape.cpus, per_cpu)] * shape.nodes)  # as the pool spreads them
+        sharing = [(n, shape.cpus) for n in counts] if per_cpu > 1 else None
+        # sharing, a node's workers in one process if they fit: its matches share the CPUs it holds
+        per_process = min(MAX_SLOTS, max(counts)) if sharing else shape.per_process
+        processes = sum(-(-n // per_process) for n in counts)
+        shared = f", at {per_cpu:g} a CPU (a node's matches share its CPUs)" if per_cpu > 1 else ""
+        say(f"simulated workers: {workers} in {processes} process(es), up to {per_process} each{shared}")
+        kind = simulated_kind(settings, per_process, bank, per_cpu)
         lagged = bool(opts.lag or opts.lag_share)  # batches overlap
-        pool = open_pool(settings, shape.workers, None, kind=kind, overlap=lagged)
+        pool = open_pool(settings, workers, None, kind=kind, overlap=lagged, per_cpu=per_cpu, matches=matches)
         try:
             rows = []
             count = opts.update_batches or 5
             for size in opts.batch_sizes:
                 say(f"batch {size}: {warm_up_batches(lagged)} warm-up + {count} updates")
                 with scratch_trainer(pool, opts, batch_size=size) as trainer:
-                    rows.append(updates(trainer, pool, count, status))
+                    rows.append(updates(trainer, pool, count, status, sharing))
         finally:
             pool.close()
     finally:
@@ -278,7 +348,8 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             "shape": str(shape),
             "nodes": shape.nodes,
             "cpus_per_node": shape.cpus,
-            "workers": shape.workers,
+            "workers": workers,
+            "workers_per_cpu": per_cpu,
             "worker_processes": processes,
             "machine_cpus": os.cpu_count(),
             "env_id": opts.env_id,

@@ -18,7 +18,7 @@ from typing import Any
 from pgpong.bench import contention
 from pgpong.bench.options import BenchOptions
 from pgpong.config import TrainConfig
-from pgpong.placement import best_whole_matches, first_free, lower_bound
+from pgpong.placement import best_whole_matches, first_free, lower_bound, shared_first_free
 from pgpong.pool import Pool
 from pgpong.pool.ahead import STEPPED_AHEAD
 from pgpong.pool.base import WorkerSettings
@@ -26,6 +26,7 @@ from pgpong.rundir import open_run
 from pgpong.session import open_trainer, worker_settings
 from pgpong.trainer import BatchReport, Trainer
 
+Sharing = list[tuple[int, int]]  # (workers, cores) of each node whose workers share its cores
 RAY_PAUSE_S = 0.0035  # a worker's pause between two matches (docs/PERFORMANCE.md: 3.2-3.6 ms)
 
 
@@ -61,12 +62,16 @@ def warm_up_batches(lag: int | bool) -> int:
     return 2 if lag else 1
 
 
-def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None]) -> dict[str, Any]:
+def updates(
+    trainer: Trainer, pool: Pool, count: int, status: Callable[[str], None], sharing: Sharing | None = None
+) -> dict[str, Any]:
     """Time `count` updates of the trainer after a warm-up: seconds, the lower bound
     of any schedule, efficiency, the driver's CPU and the bytes it received, each
     the median over the updates (with --lag 1, seconds per update are their mean);
     without a lag, also each part's CPU and its wait for one on this machine
-    (bench/contention.py)."""
+    (bench/contention.py). `sharing`: the (workers, cores) of each node where workers
+    share cores (--workers-per-cpu): the bounds are then the cores' and pgpong's
+    schedule the shared one."""
     lagged = trainer.config.lagged  # (--lag 1 or --lag-share: batches overlap)
     # Every thread's times, to see what waited for a CPU (the processes found once,
     # after the warm-up); not with --lag 1. The reading takes the driver about 15 us
@@ -103,7 +108,7 @@ def updates(trainer: Trainer, pool: Pool, count: int, status: Callable[[str], No
             prior = points[k - 1].calls.get(STEPPED_AHEAD, 0) if k else stepped_before
             began = before.at if before.calls.get(STEPPED_AHEAD, 0) > prior else before.done_at  # (weights out first)
             seconds = point.at - began if not read_now else cycle_s
-            row = _update_row(report, point.cpu_end - before.cpu_start, pool.num_workers, seconds, lagged)
+            row = _update_row(report, point.cpu_end - before.cpu_start, pool.num_workers, seconds, lagged, sharing)
             for name, used in point.helpers.items():  # the queue's and the reducer's share of it
                 if name in before.helpers:
                     row[f"{name}_cpu_ms"] = 1e3 * (used - before.helpers[name])
@@ -258,15 +263,24 @@ def thread_cpu_seconds() -> dict[str, float]:
 
 
 def _update_row(
-    report: BatchReport, cpu_s: float, workers: int, seconds: float, lagged: bool = False
+    report: BatchReport,
+    cpu_s: float,
+    workers: int,
+    seconds: float,
+    lagged: bool = False,
+    sharing: Sharing | None = None,
 ) -> dict[str, Any]:
     """One update's figures, in `seconds`: from one batch's weights going out to
     the next's, bench's reading left out (with --lag 1, `lagged`, from the row
     before to this one)."""
     durations = report.durations
-    lower, best = lower_bound(durations, workers), best_whole_matches(durations, workers)
-    work = sum(durations) / max(1, workers)  # with --lag 1 the bound: the longest match may overlap the next batch
-    schedule = first_free(durations, workers, RAY_PAUSE_S)
+    cores = sum(c for _, c in sharing) if sharing else workers  # the bounds: one match a core at most
+    lower, best = lower_bound(durations, cores), best_whole_matches(durations, cores)
+    work = sum(durations) / max(1, cores)  # with --lag 1 the bound: the longest match may overlap the next batch
+    if sharing:
+        schedule = shared_first_free(durations, sharing, RAY_PAUSE_S)
+    else:
+        schedule = first_free(durations, workers, RAY_PAUSE_S)
     return {
         "seconds": seconds,
         "lower_bound_s": lower,
