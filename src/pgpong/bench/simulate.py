@@ -367,7 +367,9 @@ def format_simulation(report: dict[str, Any]) -> str:
     s, b = report["simulated"], report["bank"]
     return "\n".join(
         [
-            f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s), "
+            f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s)"
+            + (f" ({s['workers_per_cpu']:g} a CPU, sharing them)" if s.get("workers_per_cpu", 1) > 1 else "")
+            + ", "
             f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)"
             + (", --lag 1: the next batch starts while this one ends" if s.get("lag") else "")
             + (
