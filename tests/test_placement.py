@@ -136,6 +136,9 @@ def test_workers_sharing_a_nodes_cores_by_hand_and_at_their_limits():
         )
         cores = int(rng.integers(1, 12))  # every match started at once: the cores shared
         assert shared_first_free(lengths, [(len(lengths), cores)]) == pytest.approx(shared_cores(lengths, cores))
+        for nowhere in ([], [(0, 2)], [(2, 0)]):  # no node that can play
+            with pytest.raises(ValueError, match="no node with workers and cores"):
+                shared_first_free(lengths, nowhere)
         split = [(workers, cores), (workers + 1, cores)]  # never below the lower bound of the cores
         assert shared_first_free(lengths, split) >= lower_bound(lengths, 2 * cores) - 1e-9
 

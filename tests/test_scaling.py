@@ -35,13 +35,16 @@ def test_prediction_is_bounded_by_the_schedule_and_the_driver_does_not_grow_with
 def test_workers_sharing_the_cores_start_a_batch_of_300_at_once_on_11x18():
     """--workers-per-cpu 1.6 or more: 300 workers for 300 matches, 27-28 a node, all in
     play at once (the cores shared), beats the best schedule of whole matches a core
-    each; at 1.5 (297 workers) three matches wait for a second wave, no better than 1."""
+    each, early and late; at 1.5 (297 workers) three matches wait for a second wave,
+    worse than 1 early in training."""
     early = PHASES["early"]
     alone, shared, short, more = (predict(300, 11, 18, early, samples=20, per_cpu=n) for n in (1.0, 1.6, 1.5, 3.0))
     assert (alone["workers"], shared["workers"], short["workers"], more["workers"]) == (198, 300, 297, 300)
     assert more["seconds_per_update"] == shared["seconds_per_update"]
-    assert shared["best_whole_matches_s"] == alone["best_whole_matches_s"]  # a core each, the same bound
-    assert shared["of_best_whole_matches"] < 1.0 < 1.1 < alone["of_best_whole_matches"]
+    assert shared["pgpong_schedule_s"] < shared["best_whole_matches_s"] < alone["pgpong_schedule_s"]
+    assert shared["of_best_whole_matches"] < 1.0 and alone["of_best_whole_matches"] > 1.1
+    late = [predict(300, 11, 18, PHASES["late"], samples=20, per_cpu=n) for n in (1.0, 1.6)]
+    assert late[1]["seconds_per_update"] < 0.85 * late[0]["seconds_per_update"]
     assert short["pgpong_schedule_s"] > alone["pgpong_schedule_s"]
     assert shared["lower_bound_s"] <= shared["pgpong_schedule_s"]
 
@@ -122,6 +125,7 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
         (["--learning", str(empty)], "is not a pgpong progress file"),
         (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be in [1, 4], got 0.5"),
         (["--workers-per-cpu", "nan"], "--workers-per-cpu must be in [1, 4], got nan"),
+        (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled alone, without --lag"),
     ]:
         proc = subprocess.run([sys.executable, "-m", "pgpong.scaling", *given], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)

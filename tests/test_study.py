@@ -141,7 +141,7 @@ def test_bad_study_input_is_one_line_and_status_2(tmp_path, capsys):
         "no path separator": ["study", "a/b", "--grid", "lr=1e-3", "--max-matches", "4"],
         "needs a stop": ["study", "x", "--grid", "lr=1e-3"],
         "use --seeds": ["study", "x", "--grid", "seed=1,2", "--max-matches", "4"],
-        "workers-per-cpu: a trial's workers hold a CPU each": [
+        "workers-per-cpu: a trial's workers hold a CPU each (--workers-per-trial": [
             "study",
             "x",
             "--set",

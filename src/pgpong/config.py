@@ -166,8 +166,8 @@ class TrainConfig:
     )
     workers_per_cpu: float = setting(
         1.0,
-        "rollout workers a CPU of each Ray node (up to 4): above 1 a node's cores are shared by more matches than "
-        "it has, so a batch larger than the cluster's CPUs starts all at once: give N of at least batch / CPUs (no "
+        "rollout workers per CPU of each Ray node (up to 4; 250-350 MB each): above 1 a node has more workers "
+        "than cores, shared, so a batch larger than the cluster's CPUs starts all at once: N >= batch/CPUs (no "
         "more workers start than the batch has matches; the model, batch 300 on 11x18 at 1.6 or more, 300 workers: "
         "0.93 / 1.07 of the best whole-match schedule early / late in training, against 1.18 / 1.33 at 1; "
         "docs/SCALING.md)",

@@ -151,11 +151,13 @@ def shared_first_free(durations: list[float], nodes: list[tuple[int, int]], paus
     node shared equally by its matches in play (each of k on c cores advances at min(1, c/k)
     of a core, as the operating system shares them). `nodes`: (workers, cores) of each.
     When the last match ends; with no more workers than cores, first_free's answer."""
+    if durations and not any(w > 0 and c > 0 for w, c in nodes):
+        raise ValueError(f"no node with workers and cores to play on: {nodes}")
     todo = deque(d + pause for d in durations)
     done = [0.0] * len(nodes)  # the work each of a node's matches in play has had: they share its cores equally
     ends: list[list[float]] = [[] for _ in nodes]  # a node's matches in play: `done` at which each ends
     for n, (workers, _) in enumerate(nodes):
-        while todo and len(ends[n]) < workers:
+        while todo and len(ends[n]) < workers and nodes[n][1] > 0:
             heapq.heappush(ends[n], todo.popleft())
     now = 0.0
     while any(ends):

@@ -393,6 +393,11 @@ def main() -> None:
         "is done, the rest once update k - 1 is (--lag-share S overlaps batches so)",
     )
     args = parser.parse_args()
+    per_cpu, error = args.workers_per_cpu, "python -m pgpong.scaling: error: --workers-per-cpu"
+    if not 1 <= per_cpu <= MAX_WORKERS_PER_CPU:
+        parser.exit(2, f"{error} must be in [1, {MAX_WORKERS_PER_CPU:g}], got {per_cpu:g}\n")
+    if per_cpu != 1 and (args.lag or args.lag_share or args.learning):
+        parser.exit(2, f"{error} is modelled alone, without --lag, --lag-share or --learning\n")
     if args.learning:
         try:
             print(learning_table(args.learning, args.threshold), end="")
@@ -402,9 +407,6 @@ def main() -> None:
     c = PHASES[args.phase]
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
         parser.exit(2, f"python -m pgpong.scaling: error: --lag-share must be in (0, 1], got {args.lag_share:g}\n")
-    if not 1 <= args.workers_per_cpu <= MAX_WORKERS_PER_CPU:
-        bad = f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {args.workers_per_cpu:g}"
-        parser.exit(2, f"python -m pgpong.scaling: error: {bad}\n")
     if args.lag or args.lag_share:
         print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
         return

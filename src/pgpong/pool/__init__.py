@@ -78,7 +78,9 @@ def open_pool(
     start_ray(address)
     kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
     cpus = (
-        cluster_cpus() if per_cpu <= 1 else cluster_workers([cpus for _, cpus in nodes_with_cpus()], per_cpu, matches)
+        cluster_cpus()
+        if per_cpu <= 1
+        else max(1, cluster_workers([cpus for _, cpus in nodes_with_cpus()], per_cpu, matches))
     )
     if workers is None:
         workers = cpus if at_most is None else min(at_most, cpus)

@@ -25,7 +25,7 @@ STUDIES = Path("runs") / "studies"
 NOT_VARIED = {
     "seed": "use --seeds",
     "workers": "use --workers-per-trial",
-    "workers_per_cpu": "a trial's workers hold a CPU each: use --workers-per-trial",
+    "workers_per_cpu": "a trial's workers hold a CPU each (--workers-per-trial says how many)",
 }
 SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9}
 # The largest stops: past these a trial would play for more than a year (a few thousand env steps a second).
