@@ -145,6 +145,21 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
     np.testing.assert_array_equal(state.previous.W1, reference.previous.W1)
 
 
+def two_nodes_of_2_cpus():
+    """A cluster of a head without CPUs and two nodes of 2 CPUs, this process joined to it."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
+    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
+    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level=logging.WARNING)
+    return c, nodes
+
+
 @pytest.mark.long
 def test_a_node_lost_after_it_sent_its_sum_ahead_changes_no_weight(tmp_path, monkeypatch):
     """A node whose last match of a batch still plays sends the sum of its others ahead
@@ -153,19 +168,12 @@ def test_a_node_lost_after_it_sent_its_sum_ahead_changes_no_weight(tmp_path, mon
     differ); the last match is played again elsewhere. The weights are those of
     --workers 0."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from pgpong.pool.cluster_pool import ClusterPool
 
     settings = {**SETTINGS, "batch_size": 8, "max_episode_steps": 100}
     reference = train_in_process(tmp_path / "reference", 0, 2, settings)
-    if ray.is_initialized():
-        ray.shutdown()
-    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
-    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
-    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]  # a leader with 2 workers each
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING)
+    c, nodes = two_nodes_of_2_cpus()  # a leader with 2 workers each
     marker = tmp_path / "slow-episode"
     set_fault(monkeypatch, f"slowmark:0:{marker}")  # episode 0 of each batch: its node, then 2 s more
     pool = ClusterPool(WorkerSettings("ALE/Pong-v5", settings["max_episode_steps"], entropy_bonus=BONUS), 4)
@@ -226,21 +234,13 @@ def test_workers_per_cpu_put_three_on_each_node_of_two_cpus_and_change_no_weight
     each holding 0.6666 of a CPU (2/3 cut to Ray's 0.0001), the batch's 6 matches in
     play at once; the weights of --workers 0."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from pgpong.pool import open_pool
     from pgpong.pool.cluster_pool import ClusterPool
 
     settings = {**SETTINGS, "batch_size": 6, "max_episode_steps": 100}
     reference = train_in_process(tmp_path / "reference", 0, 2, settings)
-    if ray.is_initialized():
-        ray.shutdown()
-    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
-    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
-    for _ in range(2):
-        c.add_node(num_cpus=2, object_store_memory=STORE)
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING)
+    c, _ = two_nodes_of_2_cpus()
     try:
         settings_of_pool = WorkerSettings("ALE/Pong-v5", 100, entropy_bonus=BONUS)
         pool = open_pool(settings_of_pool, None, None, per_cpu=1.5, matches=6)
