@@ -303,3 +303,9 @@ def test_a_numbered_recording_whose_place_is_a_directory_is_refused_before_playi
     proc = run_pgpong("play", str(agent), *flags, "--record", str(tmp_path / "m.gif"))
     assert_one_line_error(proc, f"{tmp_path / 'm-2.gif'}: is a directory")
     assert "match 1" not in proc.stdout and [p.name for p in tmp_path.iterdir()] == ["m-2.gif"]
+
+
+def test_a_directory_given_as_the_recording_is_refused_with_a_file_to_use_instead(tmp_path, agent):
+    proc = run_pgpong("play", str(agent), "--workers", "0", "--max-episode-steps", "5", "--record", str(tmp_path))
+    assert_one_line_error(proc, f"{tmp_path}: is a directory; record to a file in it, e.g. {tmp_path / 'match.mp4'}")
+    assert "unknown extension" not in proc.stderr and list(tmp_path.iterdir()) == []

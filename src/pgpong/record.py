@@ -48,6 +48,10 @@ class RecordingError(PgpongError, ValueError):
 
 def check_output(path: Path, formats: tuple[str, ...] = FORMATS) -> None:
     """Refuse, before anything is played, an output file pgpong cannot write."""
+    if path.is_dir():  # named as a folder, or a file's place taken by one
+        named = path.suffix.lower() in formats
+        hint = "" if named else f"; record to a file in it, e.g. {path / ('match' + formats[0])}"
+        raise RecordingError(f"{path}: is a directory{hint}")
     if path.suffix.lower() not in formats:
         raise RecordingError(f"{path}: unknown extension {path.suffix or '(none)'!r}; use {' or '.join(formats)}")
     folder = path.parent
@@ -58,8 +62,6 @@ def check_output(path: Path, formats: tuple[str, ...] = FORMATS) -> None:
             if there != folder and there.is_dir():
                 raise RecordingError(f"{path}: the directory {folder} does not exist; make it first")
             raise RecordingError(f"{path}: {there} is not a directory")
-        if path.is_dir():
-            raise RecordingError(f"{path}: is a directory")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
