@@ -67,6 +67,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("policy", []),
     ("returns", []),
     ("frames", []),
+    ("files", []),
     ("errors", []),
 ]
 # Outside the floors: `python -m pgpong` (the command line's entry) and the package's face.

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from pgpong.config import MAX_HIDDEN, open_regular
+from pgpong.config import MAX_HIDDEN
 from pgpong.errors import PgpongError
+from pgpong.files import open_regular
 from pgpong.frames import D
 from pgpong.policy import Params
 

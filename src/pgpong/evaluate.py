@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
-from pgpong.config import TrainConfig, address_text, check, is_int, is_number, missing, setting
+from pgpong.config import TrainConfig, address_text, check, is_int, is_number, setting
+from pgpong.files import missing
 from pgpong.policy import Params
 from pgpong.pool import Pool
 from pgpong.record import MAX_FPS, MIN_FPS, fps_error

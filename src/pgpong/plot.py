@@ -15,8 +15,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from pgpong.config import missing, open_regular
 from pgpong.errors import PgpongError
+from pgpong.files import missing, open_regular
 from pgpong.frames import SIDE
 from pgpong.policy import Params
 
@@ -125,7 +125,7 @@ def read_curve(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 def _open_regular_file(path: Path) -> IO[Any]:
-    """`path` opened as text (config.open_regular: OSError for a pipe or a folder), refused if too large."""
+    """`path` opened as text (files.open_regular: OSError for a pipe or a folder), refused if too large."""
     f = open_regular(path)
     size = os.fstat(f.fileno()).st_size
     if size > MAX_PROGRESS_BYTES:

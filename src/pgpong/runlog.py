@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from pgpong.config import open_regular
 from pgpong.console import LiveLine, fitted, terminal_width
+from pgpong.files import open_regular
 
 NAN = math.nan
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from pgpong.config import ConfigError, closest
+from pgpong.config import ConfigError
+from pgpong.files import closest
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1

@@ -19,7 +19,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from pgpong.config import ConfigError, TrainConfig, check, is_int, is_number, open_regular, settings
+from pgpong.config import ConfigError, TrainConfig, check, is_int, is_number, settings
+from pgpong.files import open_regular
 
 STUDIES = Path("runs") / "studies"
 NOT_VARIED = {
