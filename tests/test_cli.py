@@ -135,8 +135,9 @@ BAD_INPUTS = [
     (["--hidden", "0"], ["--hidden"]),
     (["--gamma", "1.5"], ["--gamma"]),
     (["--workers", "-1"], ["--workers"]),
-    (["--workers-per-cpu", "0.5"], ["--workers-per-cpu must be in [1, 4], got 0.5"]),
-    (["--workers-per-cpu", "nan"], ["--workers-per-cpu must be in [1, 4], got nan"]),
+    (["--workers-per-cpu", "0.5"], ["--workers-per-cpu must be auto or in [1, 4], got 0.5"]),
+    (["--workers-per-cpu", "nan"], ["--workers-per-cpu must be auto or in [1, 4], got nan"]),
+    (["--workers-per-cpu", "some"], ["--workers-per-cpu: must be auto or in [1, 4], got 'some'"]),
     (["--hidden", "many"], ["--hidden", "many"]),
     (["--env-id", "Pong-v9"], ["Pong-v9", "unknown environment", "PongNoFrameskip-v4"]),
     (["--env-id", "ALE/Breakout-v5"], ["ALE/Breakout-v5", "is not Pong", "ALE/Pong-v5"]),
@@ -339,6 +340,9 @@ def test_finished_run_says_how_to_continue_and_workers_0_ignores_an_address_and_
     proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"))
     assert proc.returncode == 0
     assert "already has its 1 batches" in proc.stdout and "--iterations 2" in proc.stdout
+    proc = run_pgpong("train", "--run-dir", str(tmp_path / "r"), "--iterations", "2", "--workers-per-cpu", " Auto")
+    assert proc.returncode == 0 and "--workers-per-cpu auto is not used" in proc.stderr  # a resumed run may change it
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["workers_per_cpu"] == "auto"
 
 
 @pytest.mark.long

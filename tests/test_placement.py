@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pgpong.placement import (
+    auto_per_cpu,
     cluster_workers,
     cpu_share,
     lower_bound,
@@ -156,3 +157,22 @@ def test_workers_a_cpu_fit_in_what_ray_counts():
     assert cluster_workers([18] * 11, 1.5, 300) == 297  # what 1.5 has room for: too few
     assert cluster_workers([18] * 11, 2.0, 60) == 198 and cluster_workers([18] * 11, 1.0, 300) == 198
     assert cluster_workers([2, 2], 1.5, 6) == 6 and cluster_workers([2, 2], 2.0, 6) == 6
+
+
+def test_auto_gives_each_match_a_worker_when_that_is_at_most_four_a_cpu():
+    assert auto_per_cpu(300, [18] * 11, 4.0) == 28 / 18  # 28 a node (27.3 on average): all 300 at once
+    assert auto_per_cpu(10, [8], 4.0) == 1.25 and auto_per_cpu(4, [2], 4.0) == 2.0
+    assert auto_per_cpu(10, [2, 4], 4.0) == 2.0  # shares of 3.3 and 6.7 matches: 4 on 2 CPUs, 7 on 4
+    # the batch fits the CPUs, or would need more than the most: one a CPU
+    assert auto_per_cpu(60, [64], 4.0) == auto_per_cpu(64, [64], 4.0) == auto_per_cpu(10, [2], 4.0) == 1.0
+    assert auto_per_cpu(None, [8], 4.0) == auto_per_cpu(10, [], 4.0) == auto_per_cpu(10, [0, 0], 4.0) == 1.0
+    rng = np.random.default_rng(0)
+    for _ in range(500):  # any nodes and batch: a worker for every match, each node room for its share
+        cpus = [int(c) for c in rng.integers(1, 40, size=rng.integers(1, 12))]
+        matches, total = int(rng.integers(1, 5 * sum(cpus))), sum(cpus)
+        per_cpu, needs = auto_per_cpu(matches, cpus, 4.0), [-(-matches * c // total) for c in cpus]
+        if per_cpu > 1:
+            assert per_cpu <= 4.0 and cluster_workers(cpus, per_cpu, matches) == matches
+            assert all(node_workers(c, per_cpu) >= need for c, need in zip(cpus, needs, strict=True))
+        else:
+            assert matches <= total or max(need / c for c, need in zip(cpus, needs, strict=True)) > 4.0

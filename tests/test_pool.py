@@ -231,6 +231,31 @@ def test_workers_per_cpu_share_a_node_and_sum_as_this_process_does(ray_instance)
     np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
 
 
+def test_workers_per_cpu_auto_gives_each_match_a_worker_if_four_a_cpu_or_fewer_do(ray_instance):
+    """auto on this 2-CPU instance: a batch of 4, 2 a CPU (a worker each); of 2 (it fits)
+    and of 10 (5 a CPU would be too many), 1 a CPU; each says so. The sum is the same."""
+    from pgpong.pool import open_pool
+
+    settings, weights = WorkerSettings("ALE/Pong-v5", 80), Params.initial(16, 1)  # (as played_here)
+    said: list[str] = []
+    for matches, workers in ((4, 4), (2, 2), (10, 2)):
+        pool = open_pool(settings, None, None, note=said.append, per_cpu="auto", matches=matches)
+        try:
+            assert pool.num_workers == workers
+            if matches == 4:
+                episodes = [EpisodeId(3, 0, k) for k in range(4)]
+                played, alone = pool.play_batch(weights, episodes), played_here(weights, episodes)
+                np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+        finally:
+            pool.close()
+    assert said == [
+        "--workers-per-cpu auto: 2 a CPU, a worker for each of the batch's 4 matches",
+        "--workers-per-cpu auto: 1 a CPU (the batch of 2 fits the 2 CPUs)",
+        "--workers-per-cpu auto: 1 a CPU (a worker for each of the batch's 10 matches would be more than 4 a CPU "
+        "on 2 CPUs)",
+    ]
+
+
 @pytest.mark.parametrize(
     "address", ["nonsense", "host:", ":123", "127.0.0.1:1", "a..b:6379", "localhost:\u00b2", "x" * 64 + ":6379"]
 )

@@ -96,12 +96,12 @@ def test_matches_sharing_a_process_cpus_slow_down_together():
 @pytest.mark.slow
 @pytest.mark.long
 def test_a_simulated_node_of_2_cpus_shares_them_among_3_workers():
-    """bench --simulate 1x2 --workers-per-cpu 1.5, batch 3: three simulated workers in one
-    process holding 2 CPUs (3 x 0.6666), whose three matches share them: an update takes
-    at least 3 matches' work on 2 CPUs, not the longest match's time."""
+    """bench --simulate 1x2 --workers-per-cpu auto, batch 3: 1.5 a CPU, three simulated
+    workers in one process holding 2 CPUs (3 x 0.6666), whose three matches share them: an
+    update takes at least 3 matches' work on 2 CPUs, not the longest match's time."""
     proc = run_pgpong(
         "bench",
-        *("--simulate", "1x2", "--workers-per-cpu", "1.5", "--batch-size", "3", "--bank-matches", "3"),
+        *("--simulate", "1x2", "--workers-per-cpu", "auto", "--batch-size", "3", "--bank-matches", "3"),
         *("--max-episode-steps", "200", "--update-batches", "1", "--pace", "300", "--json"),
     )
     assert proc.returncode == 0, proc.stderr
@@ -279,7 +279,7 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--simulate", "2x4", "--lag", "1", "--lag-share", "0.5"], "give --lag 1 or --lag-share, not both"),
         (["--simulate", "2x4", "--pace", "10"], "--pace must be 100-1000000 steps/s, got 10"),
         (["--pace", "2600"], "--pace sets the simulated matches' pace: it needs --simulate"),
-        (["--simulate", "2x4", "--workers-per-cpu", "0.5"], "--workers-per-cpu must be in [1, 4], got 0.5"),
+        (["--simulate", "2x4", "--workers-per-cpu", "0.5"], "--workers-per-cpu must be auto or in [1, 4], got 0.5"),
         (["--workers-per-cpu", "2"], "--workers-per-cpu is measured with --simulate"),
     ],
 )

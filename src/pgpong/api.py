@@ -139,7 +139,7 @@ def train(
     max_episode_steps: int | None = None,
     iterations: int | None = None,
     workers: int | None = None,
-    workers_per_cpu: float | None = None,
+    workers_per_cpu: float | str | None = None,
     keep_checkpoints: int | None = None,
     checkpoint_every: float | None = None,
     resume_from: str | Path | None = None,

@@ -19,6 +19,7 @@ from typing import Any
 from pgpong import schedule
 from pgpong.errors import PgpongError
 from pgpong.files import open_regular
+from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU
 from pgpong.schedule import (
     RAMP_MATCHES,
     RULE_BATCH,
@@ -37,7 +38,6 @@ MAX_HIDDEN = 4096  # the largest network pgpong trains or loads (W1 4096 x 6400 
 # dH/dlogit at most 0.224 in size: past a bonus of 10 the entropy is all that is learned.
 MAX_ENTROPY_BONUS = 10.0
 MAX_INIT_SCALE = 100.0
-MAX_WORKERS_PER_CPU = 4.0  # rollout workers a CPU, at most (each holds 250-350 MB)
 
 
 class ConfigError(PgpongError, ValueError):
@@ -68,6 +68,25 @@ def int_list(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+PER_CPU_RANGE = f"must be {AUTO} or in [1, {MAX_WORKERS_PER_CPU:g}]"
+
+
+def per_cpu_value(text: str) -> float | str:
+    """--workers-per-cpu's value: auto, or a number (that validate checks)."""
+    try:
+        return AUTO if text.strip().lower() == AUTO else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{PER_CPU_RANGE}, got {text!r}") from None
+
+
+def per_cpu_text(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def per_cpu_valid(value: Any) -> bool:
+    return value == AUTO or (is_number(value) and 1 <= value <= MAX_WORKERS_PER_CPU)
 
 
 def address_text(text: str) -> str:
@@ -162,15 +181,15 @@ class TrainConfig:
         learning=False,
         shown="the CPUs of the Ray cluster",
     )
-    workers_per_cpu: float = setting(
+    workers_per_cpu: float | str = setting(
         1.0,
-        "rollout workers per CPU of each Ray node (up to 4; 250-350 MB each): above 1 a node has more workers "
-        "than cores, shared, so a batch larger than the cluster's CPUs starts all at once: N >= batch/CPUs (no "
-        "more workers start than the batch has matches; the model, batch 300 on 11x18 at 1.6 or more, 300 workers: "
-        "0.93 / 1.07 of the best whole-match schedule early / late in training, against 1.18 / 1.33 at 1; "
-        "docs/SCALING.md)",
+        "rollout workers per CPU of each Ray node (1-4; 250-350 MB each): above 1 the OS shares a node's cores "
+        "among more workers, so a batch larger than the CPUs starts all at once if N >= batch/CPUs (no more start "
+        "than it has matches); auto: just that many, if 4 or fewer, else 1 (the model: batch 300 on 11x18, 0.93 / "
+        "1.07 of the best whole-match schedule early / late, against 1.18 / 1.33 at 1; docs/SCALING.md)",
         learning=False,
-        metavar="N",
+        metavar="N|auto",
+        parse=per_cpu_value,
     )
     keep_checkpoints: int = setting(3, "how many of the newest checkpoints to keep", learning=False)
     checkpoint_every: float = setting(
@@ -264,10 +283,7 @@ class TrainConfig:
             self.workers is None or (is_int(self.workers) and self.workers >= 0),
             f"--workers must be 0 or more, got {self.workers!r}",
         )
-        check(
-            is_number(self.workers_per_cpu) and 1 <= self.workers_per_cpu <= MAX_WORKERS_PER_CPU,
-            f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {self.workers_per_cpu!r}",
-        )
+        check(per_cpu_valid(self.workers_per_cpu), f"--workers-per-cpu {PER_CPU_RANGE}, got {self.workers_per_cpu!r}")
         check(
             is_int(self.keep_checkpoints) and self.keep_checkpoints >= 1,
             f"--keep-checkpoints must be at least 1, got {self.keep_checkpoints!r}",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+MAX_WORKERS_PER_CPU = 4.0  # rollout workers a CPU, at most (each holds 250-350 MB)
+AUTO = "auto"  # --workers-per-cpu auto: a worker for each of a batch's matches, if 4 a CPU or fewer do
+
 
 def shares(workers: int, cpus: list[int]) -> list[int]:
     """`workers` spread over nodes with these CPUs: each node's share in proportion
@@ -33,6 +36,19 @@ def cluster_workers(cpus: list[int], per_cpu: float, matches: int | None = None)
     queue take a match for each of their free workers, and leave others idle)."""
     room = sum(node_workers(c, per_cpu) for c in cpus)
     return room if per_cpu <= 1 or matches is None else min(room, max(sum(cpus), matches))
+
+
+def auto_per_cpu(matches: int | None, cpus: list[int], most: float = MAX_WORKERS_PER_CPU) -> float:
+    """--workers-per-cpu auto: the fewest workers a CPU (up to `most`) that give every
+    match of a batch of `matches` a worker of its own on nodes with these CPUs, each
+    node its share by its CPUs, so that all start at once and each node's cores are
+    shared; 1 if the batch fits the CPUs, or if it would need more than `most` (then
+    some would wait for a worker, and a second wave on shared cores gains nothing)."""
+    total = sum(cpus)
+    if not matches or not total or matches <= total:
+        return 1.0
+    need = max(-(-matches * c // total) / c for c in cpus if c)  # a node's share, rounded up, per CPU
+    return need if need <= most else 1.0
 
 
 def cpu_share(per_cpu: float) -> float:

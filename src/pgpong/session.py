@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from pgpong import schedule
 from pgpong.checkpoint import TrainingState, list_checkpoints
 from pgpong.cluster import ray_running, stop_ray
-from pgpong.config import TrainConfig
+from pgpong.config import TrainConfig, per_cpu_text
 from pgpong.envs import check_env_id
 from pgpong.pool import Pool, WorkerSettings, kept_for_life, open_pool
 from pgpong.rundir import (
@@ -67,7 +67,8 @@ class TrainingSession:
             note(f"--workers 0 plays in this process, without Ray: the Ray address {address} is not used")
             address = None
         if run.config.workers == 0 and run.config.workers_per_cpu != 1:
-            note(f"--workers 0 plays in this process: --workers-per-cpu {run.config.workers_per_cpu:g} is not used")
+            per_cpu = per_cpu_text(run.config.workers_per_cpu)
+            note(f"--workers 0 plays in this process: --workers-per-cpu {per_cpu} is not used")
         lock = RunLock(run_dir)
         try:  # read again under the lock: a run that just ended there may have written more
             run = open_run(run_dir, given, resume_from)

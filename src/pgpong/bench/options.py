@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pgpong.config import (
     MAX_BATCH,
-    MAX_WORKERS_PER_CPU,
+    PER_CPU_RANGE,
     ConfigError,
     TrainConfig,
     address_text,
@@ -15,6 +15,8 @@ from pgpong.config import (
     int_list,
     is_int,
     is_number,
+    per_cpu_valid,
+    per_cpu_value,
     setting,
 )
 
@@ -108,11 +110,13 @@ class BenchOptions:
         "batch before ends; timed as with --lag 1)",
         metavar="S",
     )
-    workers_per_cpu: float = setting(
+    workers_per_cpu: float | str = setting(
         1.0,
-        "with --simulate: rollout workers a CPU of each simulated node, as train's --workers-per-cpu; above 1 a "
-        "process's simulated matches share the CPUs it holds (each of k on c CPUs at min(1, c/k) of the pace)",
-        metavar="N",
+        "with --simulate: rollout workers a CPU of each simulated node, as train's --workers-per-cpu (auto: for "
+        "the largest batch); above 1 a process's simulated matches share the CPUs it holds (each of k on c CPUs at "
+        "min(1, c/k) of the pace)",
+        metavar="N|auto",
+        parse=per_cpu_value,
     )
     bank_matches: int = setting(
         24,
@@ -168,10 +172,7 @@ class BenchOptions:
         )
         check(self.lag_share == 0 or self.simulate is not None, "--lag-share is measured with --simulate only")
         check(not (self.lag and self.lag_share), "give --lag 1 or --lag-share, not both")
-        check(
-            is_number(self.workers_per_cpu) and 1 <= self.workers_per_cpu <= MAX_WORKERS_PER_CPU,
-            f"--workers-per-cpu must be in [1, {MAX_WORKERS_PER_CPU:g}], got {self.workers_per_cpu}",
-        )
+        check(per_cpu_valid(self.workers_per_cpu), f"--workers-per-cpu {PER_CPU_RANGE}, got {self.workers_per_cpu}")
         check(self.workers_per_cpu == 1 or self.simulate is not None, "--workers-per-cpu is measured with --simulate")
         if self.pace is not None:
             shown = f"{self.pace:g}" if is_number(self.pace) else repr(self.pace)

@@ -49,7 +49,7 @@ from pgpong.cluster import (
     set_auth_mode,
 )
 from pgpong.config import ConfigError, TrainConfig
-from pgpong.placement import cluster_workers, node_workers, shares
+from pgpong.placement import AUTO, auto_per_cpu, cluster_workers, node_workers, shares
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -318,8 +318,9 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             bank = Bank(bank.matches, 1 / opts.pace, bank.seconds_per_step)
             here = 1 / bank.measured_seconds_per_step
             say(f"bank: played here at {here:,.0f} env steps/s a core; simulated at {opts.pace:,.0f} (--pace)")
-        per_cpu, matches = opts.workers_per_cpu, max(opts.batch_sizes)
-        workers = cluster_workers([shape.cpus] * shape.nodes, per_cpu, matches)
+        matches, cpus = max(opts.batch_sizes), [shape.cpus] * shape.nodes
+        per_cpu = auto_per_cpu(matches, cpus) if opts.workers_per_cpu == AUTO else float(opts.workers_per_cpu)
+        workers = cluster_workers(cpus, per_cpu, matches)
         counts = shares(workers, [node_workers(shape.cpus, per_cpu)] * shape.nodes)  # as the pool spreads them
         sharing = [(n, shape.cpus) for n in counts] if per_cpu > 1 else None
         # sharing, a node's workers in one process if they fit: its matches share the CPUs it holds

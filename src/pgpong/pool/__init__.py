@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from pgpong.cluster import cluster_cpus, nodes_with_cpus, start_ray
-from pgpong.placement import cluster_workers
+from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, auto_per_cpu, cluster_workers
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -60,7 +60,7 @@ def open_pool(
     kind: WorkerKind | None = None,
     limits: Limits | None = None,
     overlap: bool = False,
-    per_cpu: float = 1.0,
+    per_cpu: float | str = 1.0,
     matches: int | None = None,
 ) -> Pool:
     """The pool for `workers` (0: this process, no Ray; None: one per CPU of the
@@ -72,10 +72,15 @@ def open_pool(
     matches finish, on one node too (a ClusterPool). `per_cpu` workers a CPU
     (--workers-per-cpu): above 1, each asks Ray for 1 / per_cpu of a CPU, and a node's
     matches share its cores, and with `matches` (a batch's) no more start than it needs
-    (placement.cluster_workers). Close the pool, then call cluster.stop_ray()."""
+    (placement.cluster_workers); auto: as many as give each match a worker, if 4 a CPU
+    or fewer do, else 1 (`note` says which). Close the pool, then call cluster.stop_ray()."""
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
+    if per_cpu == AUTO:
+        per_cpu = auto_per_cpu(matches, [cpus for _, cpus in nodes_with_cpus()])
+        note(auto_note(per_cpu, matches, cluster_cpus()))
+    per_cpu = float(per_cpu)
     kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
     cpus = (
         cluster_cpus()
@@ -95,3 +100,15 @@ def open_pool(
     if overlap or len(nodes_with_cpus()) > 1 or workers > LEADERS_ABOVE:
         return ClusterPool(settings, workers, kind, limits)
     return RayPool(settings, workers, kind=kind, limits=limits)
+
+
+def auto_note(per_cpu: float, matches: int | None, cpus: int) -> str:
+    """What --workers-per-cpu auto chose, and why."""
+    if per_cpu > 1:
+        return f"--workers-per-cpu auto: {per_cpu:.3g} a CPU, a worker for each of the batch's {matches} matches"
+    if (matches or 0) <= cpus:
+        return f"--workers-per-cpu auto: 1 a CPU (the batch of {matches} fits the {cpus} CPUs)"
+    return (
+        f"--workers-per-cpu auto: 1 a CPU (a worker for each of the batch's {matches} matches would be more than "
+        f"{MAX_WORKERS_PER_CPU:g} a CPU on {cpus} CPUs)"
+    )
