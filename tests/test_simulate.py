@@ -93,6 +93,15 @@ def test_matches_sharing_a_process_cpus_slow_down_together():
     assert cores.rate() == 1.0 and cores.left(longer) == pytest.approx(1.0)
 
 
+def test_a_process_holding_a_whole_nodes_workers_shares_the_nodes_cpus_not_rays_count():
+    """27 workers at 1.6 a CPU hold 27 x 0.625 = 16.9 of Ray's CPUs, but the operating
+    system shares all 18 of their node's cores among them: so does their process."""
+    process = simulating(100, 0.001)
+    shared = type(process)(process.settings, process.bank, 0.001, per_cpu=1.6, cores=18.0)
+    assert shared._cores is not None and shared._cores.cores == 18.0
+    assert process._cores is None  # one a CPU: nothing shared
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_a_simulated_node_of_2_cpus_shares_them_among_3_workers():

@@ -114,14 +114,22 @@ class SimulatedWorkers:
     """One process standing in for several rollout workers of a node (its slots).
     A slot plays one match at a time: the bank's match for that episode, as long as
     it would take at `seconds_per_step` (this machine's, or --pace's), with its real
-    gradient. At `per_cpu` above 1 (--workers-per-cpu) the process holds fewer CPUs
-    than slots, and its matches share them (SharedCores)."""
+    gradient. At `per_cpu` above 1 (--workers-per-cpu) its matches share `cores` (SharedCores):
+    its node's, if it holds all of the node's workers (the operating system shares them
+    all, whatever Ray counts), else the CPUs Ray gave it (its slots x 1 / per_cpu, cut)."""
 
-    def __init__(self, settings: WorkerSettings, bank: list[Played], seconds_per_step: float, per_cpu: float = 1.0):
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        bank: list[Played],
+        seconds_per_step: float,
+        per_cpu: float = 1.0,
+        cores: float | None = None,
+    ):
         self.settings = settings
         self.bank = bank
         self.seconds_per_step = seconds_per_step
-        self._cores = SharedCores(_assigned_cpus()) if per_cpu > 1 else None
+        self._cores = SharedCores(cores or _assigned_cpus()) if per_cpu > 1 else None
         self._weights = WeightsCache()
         self._locks: dict[int, threading.Lock] = {}
         self._read: dict[Any, Future] = {}  # what was read once for all the slots, by its reference
@@ -277,11 +285,15 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
     return cluster
 
 
-def simulated_kind(settings: WorkerSettings, per_process: int, bank: Bank, per_cpu: float = 1.0) -> WorkerKind:
+def simulated_kind(
+    settings: WorkerSettings, per_process: int, bank: Bank, per_cpu: float = 1.0, node_cpus: float | None = None
+) -> WorkerKind:
+    """Processes of `per_process` simulated workers; `node_cpus` when each holds all its
+    node's workers, sharing at `per_cpu` above 1 (SimulatedWorkers' cores)."""
     import ray
 
     bank_ref = ray.put(bank.matches)  # once; each simulating process fetches it once
-    return WorkerKind(SimulatedWorkers, per_process, (bank_ref, bank.seconds_per_step, per_cpu))
+    return WorkerKind(SimulatedWorkers, per_process, (bank_ref, bank.seconds_per_step, per_cpu, node_cpus))
 
 
 def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
@@ -328,7 +340,8 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         processes = sum(-(-n // per_process) for n in counts)
         shared = f", at {per_cpu:g} a CPU (a node's matches share its CPUs)" if per_cpu > 1 else ""
         say(f"simulated workers: {workers} in {processes} process(es), up to {per_process} each{shared}")
-        kind = simulated_kind(settings, per_process, bank, per_cpu)
+        whole_nodes = sharing is not None and max(counts) <= per_process  # a process a node
+        kind = simulated_kind(settings, per_process, bank, per_cpu, float(shape.cpus) if whole_nodes else None)
         lagged = bool(opts.lag or opts.lag_share)  # batches overlap
         pool = open_pool(settings, workers, None, kind=kind, overlap=lagged, per_cpu=per_cpu, matches=matches)
         try:
