@@ -309,3 +309,5 @@ def test_a_directory_given_as_the_recording_is_refused_with_a_file_to_use_instea
     proc = run_pgpong("play", str(agent), "--workers", "0", "--max-episode-steps", "5", "--record", str(tmp_path))
     assert_one_line_error(proc, f"{tmp_path}: is a directory; record to a file in it, e.g. {tmp_path / 'match.mp4'}")
     assert "unknown extension" not in proc.stderr and list(tmp_path.iterdir()) == []
+    with pytest.raises(record.RecordingError, match="cannot write in"):  # a name too long for the file system
+        record.check_output(tmp_path / ("m" * 300 + ".mp4"))

@@ -48,7 +48,11 @@ class RecordingError(PgpongError, ValueError):
 
 def check_output(path: Path, formats: tuple[str, ...] = FORMATS) -> None:
     """Refuse, before anything is played, an output file pgpong cannot write."""
-    if path.is_dir():  # named as a folder, or a file's place taken by one
+    try:
+        folder_named = path.is_dir()  # named as a folder, or a file's place taken by one
+    except OSError:  # (a name too long, say: the probe below says so)
+        folder_named = False
+    if folder_named:
         named = path.suffix.lower() in formats
         hint = "" if named else f"; record to a file in it, e.g. {path / ('match' + formats[0])}"
         raise RecordingError(f"{path}: is a directory{hint}")
