@@ -162,17 +162,23 @@ def test_workers_a_cpu_fit_in_what_ray_counts():
 def test_auto_gives_each_match_a_worker_when_that_is_at_most_four_a_cpu():
     assert auto_per_cpu(300, [18] * 11, 4.0) == 28 / 18  # 28 a node (27.3 on average): all 300 at once
     assert auto_per_cpu(10, [8], 4.0) == 1.25 and auto_per_cpu(4, [2], 4.0) == 2.0
-    assert auto_per_cpu(10, [2, 4], 4.0) == 2.0  # shares of 3.3 and 6.7 matches: 4 on 2 CPUs, 7 on 4
+    assert auto_per_cpu(10, [2, 4], 4.0) == 1.75  # room for 3 on 2 CPUs and 7 on 4 (at 1.5: 3 and 6)
+    assert auto_per_cpu(300, [1] + [18] * 11, 4.0) == 28 / 18  # a small node does not raise it for all
     # the batch fits the CPUs, or would need more than the most: one a CPU
     assert auto_per_cpu(60, [64], 4.0) == auto_per_cpu(64, [64], 4.0) == auto_per_cpu(10, [2], 4.0) == 1.0
     assert auto_per_cpu(None, [8], 4.0) == auto_per_cpu(10, [], 4.0) == auto_per_cpu(10, [0, 0], 4.0) == 1.0
     rng = np.random.default_rng(0)
-    for _ in range(500):  # any nodes and batch: a worker for every match, each node room for its share
-        cpus = [int(c) for c in rng.integers(1, 40, size=rng.integers(1, 12))]
-        matches, total = int(rng.integers(1, 5 * sum(cpus))), sum(cpus)
-        per_cpu, needs = auto_per_cpu(matches, cpus, 4.0), [-(-matches * c // total) for c in cpus]
+    for _ in range(300):  # any nodes and batch: the fewest a CPU with room for a worker for every match
+        cpus = [int(c) for c in rng.integers(0, 40, size=rng.integers(1, 12))]
+        matches = int(rng.integers(1, 5 * sum(cpus) + 2))
+        per_cpu = auto_per_cpu(matches, cpus, 4.0)
+
+        def room(n: float, cpus: list[int] = cpus) -> int:
+            return sum(node_workers(c, n) for c in cpus)
+
+        fewer = [k / c for c in cpus if c for k in range(c, 4 * c + 1) if k / c < per_cpu]
         if per_cpu > 1:
-            assert per_cpu <= 4.0 and cluster_workers(cpus, per_cpu, matches) == matches
-            assert all(node_workers(c, per_cpu) >= need for c, need in zip(cpus, needs, strict=True))
+            assert per_cpu <= 4.0 and room(per_cpu) >= matches and cluster_workers(cpus, per_cpu, matches) == matches
+            assert all(room(n) < matches for n in fewer)
         else:
-            assert matches <= total or max(need / c for c, need in zip(cpus, needs, strict=True)) > 4.0
+            assert matches <= sum(cpus) or room(4.0) < matches

@@ -248,11 +248,14 @@ def test_workers_per_cpu_auto_gives_each_match_a_worker_if_four_a_cpu_or_fewer_d
                 np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
         finally:
             pool.close()
+    pool = open_pool(settings, 3, None, note=said.append, per_cpu="auto", matches=4)  # fewer asked: said so
+    pool.close()
     assert said == [
         "--workers-per-cpu auto: 2 a CPU, a worker for each of the batch's 4 matches",
         "--workers-per-cpu auto: 1 a CPU (the batch of 2 fits the 2 CPUs)",
         "--workers-per-cpu auto: 1 a CPU (a worker for each of the batch's 10 matches would be more than 4 a CPU "
         "on 2 CPUs)",
+        "--workers-per-cpu auto: 2 a CPU, a worker for each of the batch's 4 matches; 3 run (--workers)",
     ]
 
 

@@ -93,6 +93,17 @@ def test_matches_sharing_a_process_cpus_slow_down_together():
     assert cores.rate() == 1.0 and cores.left(longer) == pytest.approx(1.0)
 
 
+def test_the_simulated_workers_layout_by_node_and_process():
+    from pgpong.bench.options import Shape
+    from pgpong.bench.simulate import layout
+
+    workers, counts, per_process, node_cpus = layout(Shape(11, 18), 28 / 18, 300)  # auto at 11x18
+    assert (workers, sorted(set(counts)), per_process, node_cpus) == (300, [27, 28], 28, 18.0) and sum(counts) == 300
+    assert layout(Shape(11, 18), 1.0, 300)[:2] == (198, [18] * 11) and layout(Shape(11, 18), 1.0, 300)[3] is None
+    workers, counts, per_process, node_cpus = layout(Shape(1, 20), 4.0, 80)  # 80 on a node: 3 processes
+    assert (workers, counts, per_process, node_cpus) == (80, [80], 32, None)
+
+
 def test_a_process_holding_a_whole_nodes_workers_shares_the_nodes_cpus_not_rays_count():
     """27 workers at 1.6 a CPU hold 27 x 0.625 = 16.9 of Ray's CPUs, but the operating
     system shares all 18 of their node's cores among them: so does their process."""

@@ -39,16 +39,16 @@ def cluster_workers(cpus: list[int], per_cpu: float, matches: int | None = None)
 
 
 def auto_per_cpu(matches: int | None, cpus: list[int], most: float = MAX_WORKERS_PER_CPU) -> float:
-    """--workers-per-cpu auto: the fewest workers a CPU (up to `most`) that give every
-    match of a batch of `matches` a worker of its own on nodes with these CPUs, each
-    node its share by its CPUs, so that all start at once and each node's cores are
-    shared; 1 if the batch fits the CPUs, or if it would need more than `most` (then
-    some would wait for a worker, and a second wave on shared cores gains nothing)."""
-    total = sum(cpus)
-    if not matches or not total or matches <= total:
+    """--workers-per-cpu auto: the fewest workers a CPU (up to `most`) at which nodes
+    with these CPUs have room for a worker for every match of a batch of `matches`
+    (node_workers), so that all start at once and each node's cores are shared; 1 if
+    the batch fits the CPUs, or if it would need more than `most` (then some would wait
+    for a worker, and a second wave on shared cores gains nothing)."""
+    if not matches or matches <= sum(cpus):
         return 1.0
-    need = max(-(-matches * c // total) / c for c in cpus if c)  # a node's share, rounded up, per CPU
-    return need if need <= most else 1.0
+    # where a node's room grows: k workers on c CPUs at k / c a CPU
+    steps = sorted({k / c for c in set(cpus) if c for k in range(c + 1, int(most * c) + 1)})
+    return next((n for n in steps if sum(node_workers(c, n) for c in cpus) >= matches), 1.0)
 
 
 def cpu_share(per_cpu: float) -> float:

@@ -285,6 +285,20 @@ def start_cluster(shape: Shape, object_store_mb: int = 150, head_store_mb: int =
     return cluster
 
 
+def layout(shape: Shape, per_cpu: float, matches: int) -> tuple[int, list[int], int, float | None]:
+    """The simulated workers at `per_cpu` a CPU for batches of up to `matches`: how many,
+    each node's (as the pool spreads them), how many a process holds (sharing: a node's
+    workers in one process if they fit), and the CPUs a process's matches share when it
+    holds all its node's workers (its node's; else None: those Ray gave it)."""
+    cpus = [shape.cpus] * shape.nodes
+    workers = cluster_workers(cpus, per_cpu, matches)
+    counts = shares(workers, [node_workers(shape.cpus, per_cpu)] * shape.nodes)
+    if per_cpu <= 1:
+        return workers, counts, shape.per_process, None
+    per_process = min(MAX_SLOTS, max(counts))
+    return workers, counts, per_process, float(shape.cpus) if max(counts) <= per_process else None
+
+
 def simulated_kind(
     settings: WorkerSettings, per_process: int, bank: Bank, per_cpu: float = 1.0, node_cpus: float | None = None
 ) -> WorkerKind:
@@ -330,18 +344,16 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             bank = Bank(bank.matches, 1 / opts.pace, bank.seconds_per_step)
             here = 1 / bank.measured_seconds_per_step
             say(f"bank: played here at {here:,.0f} env steps/s a core; simulated at {opts.pace:,.0f} (--pace)")
-        matches, cpus = max(opts.batch_sizes), [shape.cpus] * shape.nodes
-        per_cpu = auto_per_cpu(matches, cpus) if opts.workers_per_cpu == AUTO else float(opts.workers_per_cpu)
-        workers = cluster_workers(cpus, per_cpu, matches)
-        counts = shares(workers, [node_workers(shape.cpus, per_cpu)] * shape.nodes)  # as the pool spreads them
+        matches = max(opts.batch_sizes)
+        asked = opts.workers_per_cpu
+        per_cpu = auto_per_cpu(matches, [shape.cpus] * shape.nodes) if asked == AUTO else float(asked)
+        workers, counts, per_process, node_cpus = layout(shape, per_cpu, matches)
         sharing = [(n, shape.cpus) for n in counts] if per_cpu > 1 else None
-        # sharing, a node's workers in one process if they fit: its matches share the CPUs it holds
-        per_process = min(MAX_SLOTS, max(counts)) if sharing else shape.per_process
         processes = sum(-(-n // per_process) for n in counts)
-        shared = f", at {per_cpu:g} a CPU (a node's matches share its CPUs)" if per_cpu > 1 else ""
+        shared = f", at {per_cpu:.3g} a CPU (a node's matches share its CPUs)" if per_cpu > 1 else ""
+        shared += f" (--workers-per-cpu {AUTO})" if asked == AUTO else ""
         say(f"simulated workers: {workers} in {processes} process(es), up to {per_process} each{shared}")
-        whole_nodes = sharing is not None and max(counts) <= per_process  # a process a node
-        kind = simulated_kind(settings, per_process, bank, per_cpu, float(shape.cpus) if whole_nodes else None)
+        kind = simulated_kind(settings, per_process, bank, per_cpu, node_cpus)
         lagged = bool(opts.lag or opts.lag_share)  # batches overlap
         pool = open_pool(settings, workers, None, kind=kind, overlap=lagged, per_cpu=per_cpu, matches=matches)
         try:
@@ -364,6 +376,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             "cpus_per_node": shape.cpus,
             "workers": workers,
             "workers_per_cpu": per_cpu,
+            "workers_per_cpu_asked": asked,
             "worker_processes": processes,
             "machine_cpus": os.cpu_count(),
             "env_id": opts.env_id,
@@ -382,7 +395,7 @@ def format_simulation(report: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"pgpong bench --simulate {s['shape']}: {s['workers']} simulated workers on {s['nodes']} node(s)"
-            + (f" ({s['workers_per_cpu']:g} a CPU, sharing them)" if s.get("workers_per_cpu", 1) > 1 else "")
+            + (f" ({s['workers_per_cpu']:.3g} a CPU, sharing them)" if s.get("workers_per_cpu", 1) > 1 else "")
             + ", "
             f"in {s['worker_processes']} process(es), on a machine of {s['machine_cpus']} CPU(s)"
             + (", --lag 1: the next batch starts while this one ends" if s.get("lag") else "")

@@ -77,10 +77,8 @@ def open_pool(
     if workers == 0:
         return LocalPool(settings)
     start_ray(address)
-    if per_cpu == AUTO:
-        per_cpu = auto_per_cpu(matches, [cpus for _, cpus in nodes_with_cpus()])
-        note(auto_note(per_cpu, matches, cluster_cpus()))
-    per_cpu = float(per_cpu)
+    auto, asked = per_cpu == AUTO, workers
+    per_cpu = auto_per_cpu(matches, [cpus for _, cpus in nodes_with_cpus()]) if auto else float(per_cpu)
     kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
     cpus = (
         cluster_cpus()
@@ -94,6 +92,11 @@ def open_pool(
         room += f" and batch {matches}" if per_cpu > 1 and matches else ""
         note(f"{workers} workers asked, but the Ray cluster has {room}: running {cpus}")
         workers = cpus
+    if auto:
+        note(
+            auto_note(per_cpu, matches, cluster_cpus())
+            + (f"; {workers} run (--workers)" if asked and workers < cpus else "")
+        )
     from pgpong.pool.cluster_pool import ClusterPool
     from pgpong.pool.ray_pool import RayPool
 
@@ -106,8 +109,8 @@ def auto_note(per_cpu: float, matches: int | None, cpus: int) -> str:
     """What --workers-per-cpu auto chose, and why."""
     if per_cpu > 1:
         return f"--workers-per-cpu auto: {per_cpu:.3g} a CPU, a worker for each of the batch's {matches} matches"
-    if (matches or 0) <= cpus:
-        return f"--workers-per-cpu auto: 1 a CPU (the batch of {matches} fits the {cpus} CPUs)"
+    if matches is None or matches <= cpus:
+        return f"--workers-per-cpu auto: 1 a CPU (the batch of {matches or 'any size'} fits the {cpus} CPUs)"
     return (
         f"--workers-per-cpu auto: 1 a CPU (a worker for each of the batch's {matches} matches would be more than "
         f"{MAX_WORKERS_PER_CPU:g} a CPU on {cpus} CPUs)"
