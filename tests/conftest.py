@@ -30,6 +30,23 @@ FAST_HEALTH_CHECKS = {
 }
 
 
+def joined_cluster(head_cpus: int, node_cpus: list[int], store: int):
+    """A Ray cluster on this machine (ray.cluster_utils): a head of `head_cpus` CPUs and a
+    node of each of `node_cpus`, each with an object store of `store` bytes, quick to see
+    a node lost; this process joined to it. Returns the cluster and its added nodes."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": head_cpus, "include_dashboard": False, "object_store_memory": store}
+    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
+    nodes = [c.add_node(num_cpus=cpus, object_store_memory=store) for cpus in node_cpus]
+    c.wait_for_nodes()
+    ray.init(address=c.address, logging_level=logging.WARNING)
+    return c, nodes
+
+
 @pytest.fixture(scope="module")
 def ray_instance():
     """One local Ray instance shared by a module's tests (test_cluster needs its own cluster)."""

@@ -2,7 +2,6 @@
 --address, a node lost mid-batch without losing the batch, and its workers replaced
 when a node with room joins."""
 
-import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -10,7 +9,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from conftest import FAST_HEALTH_CHECKS, hang_guard, run_pgpong, train_in_process
+from conftest import hang_guard, joined_cluster, run_pgpong, train_in_process
 from faults import set_fault
 from pgpong.config import TrainConfig
 from pgpong.pool import WorkerSettings
@@ -44,22 +43,8 @@ def in_background(target):
 @pytest.fixture
 def cluster():
     import ray
-    from ray.cluster_utils import Cluster
 
-    if ray.is_initialized():
-        ray.shutdown()
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "include_dashboard": False,
-            "object_store_memory": STORE,
-            "_system_config": FAST_HEALTH_CHECKS,
-        },
-    )
-    worker_node = c.add_node(num_cpus=1, object_store_memory=STORE)
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING)
+    c, [worker_node] = joined_cluster(1, [1], STORE)
     try:
         yield c, worker_node
     finally:
@@ -147,17 +132,7 @@ def test_a_node_lost_with_two_batches_in_play_changes_no_weight(tmp_path, cluste
 
 def two_nodes_of_2_cpus():
     """A cluster of a head without CPUs and two nodes of 2 CPUs, this process joined to it."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    head = {"num_cpus": 0, "include_dashboard": False, "object_store_memory": STORE}
-    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
-    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING)
-    return c, nodes
+    return joined_cluster(0, [2, 2], STORE)
 
 
 @pytest.mark.long

@@ -5,13 +5,12 @@ and with a worker on each of three nodes; and when a node is lost in the middle 
 batch."""
 
 import contextlib
-import logging
 import time
 
 import numpy as np
 import pytest
 
-from conftest import FAST_HEALTH_CHECKS, hang_guard, train_in_process
+from conftest import hang_guard, joined_cluster, train_in_process
 from pgpong.cluster import nodes_with_cpus
 from pgpong.config import TrainConfig
 from pgpong.pool import PoolError, WorkerSettings
@@ -26,17 +25,7 @@ STORE = 100 * 1024**2
 
 
 def three_nodes():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    head = {"num_cpus": 2, "include_dashboard": False, "object_store_memory": STORE}
-    c = Cluster(initialize_head=True, head_node_args={**head, "_system_config": FAST_HEALTH_CHECKS})
-    nodes = [c.add_node(num_cpus=2, object_store_memory=STORE) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level=logging.WARNING)
-    return c, nodes
+    return joined_cluster(2, [2, 2], STORE)
 
 
 @pytest.fixture(scope="module")
