@@ -350,8 +350,8 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
         workers, counts, per_process, node_cpus = layout(shape, per_cpu, matches)
         sharing = [(n, shape.cpus) for n in counts] if per_cpu > 1 else None
         processes = sum(-(-n // per_process) for n in counts)
-        shared = f", at {per_cpu:.3g} a CPU (a node's matches share its CPUs)" if per_cpu > 1 else ""
-        shared += f" (--workers-per-cpu {AUTO})" if asked == AUTO else ""
+        chosen = f" (--workers-per-cpu {AUTO})" if asked == AUTO else ""
+        shared = f", at {per_cpu:.3g} a CPU{chosen}, a node's matches sharing its CPUs" if per_cpu > 1 else chosen
         say(f"simulated workers: {workers} in {processes} process(es), up to {per_process} each{shared}")
         kind = simulated_kind(settings, per_process, bank, per_cpu, node_cpus)
         lagged = bool(opts.lag or opts.lag_share)  # batches overlap
