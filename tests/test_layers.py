@@ -25,7 +25,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("api", []),
     ("agent", []),
     ("plot", []),
-    ("scaling", []),
+    ("scaling", ["scaling", "scaling.__main__", "scaling.learning", "scaling.model"]),
     ("study", ["study", "study.runner", "study.report", "study.plan"]),
     ("bench", ["bench", "bench.simulate", "bench.throughput", "bench.updates", "bench.contention", "bench.options"]),
     ("noise", []),

@@ -1,4 +1,5 @@
-"""The scaling model (scaling.py)."""
+"""The scaling model (scaling/model.py), its tables (scaling/__main__.py) and the learning
+projection (scaling/learning.py)."""
 
 import numpy as np
 import pytest
@@ -50,7 +51,7 @@ def test_workers_sharing_the_cores_start_a_batch_of_300_at_once_on_11x18():
 
 
 def test_projection_adds_the_models_seconds_per_update_until_the_threshold():
-    from pgpong.scaling import project
+    from pgpong.scaling.learning import project
 
     rows = [
         {"batch_episodes": 10, "episode_len_mean": 1000.0, "running_reward": r, "episodes": 10.0 * (k + 1)}
@@ -71,7 +72,7 @@ def test_projection_adds_the_models_seconds_per_update_until_the_threshold():
 
 
 def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_count(tmp_path):
-    from pgpong.scaling import CORES, learning_table, project
+    from pgpong.scaling.learning import CORES, learning_table, project
 
     head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
 
@@ -99,7 +100,7 @@ def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_coun
     assert rows["10"].split("|")[2].strip() == "2/2" and rows["60"].split("|")[2].strip() == "1/2"
 
     def minutes(run, cores):
-        from pgpong.scaling import learning_curve
+        from pgpong.scaling.learning import learning_curve
 
         found = project(learning_curve(str(run / "progress.csv")), *CORES[cores], 0.0)
         assert found is not None
@@ -123,9 +124,10 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
         (["--learning", str(tmp_path / "nowhere")], "no progress file"),
         (["--learning", str(foreign)], "is not a pgpong progress file (no batch_episodes"),
         (["--learning", str(empty)], "is not a pgpong progress file"),
-        (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be in [1, 4], got 0.5"),
-        (["--workers-per-cpu", "nan"], "--workers-per-cpu must be in [1, 4], got nan"),
+        (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be auto or in [1, 4], got 0.5"),
+        (["--workers-per-cpu", "nan"], "--workers-per-cpu must be auto or in [1, 4], got nan"),
         (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled alone, without --lag"),
+        (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled alone, without --lag"),
     ]:
         proc = subprocess.run([sys.executable, "-m", "pgpong.scaling", *given], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)
@@ -134,7 +136,7 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
 
 
 def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_its_runs(tmp_path):
-    from pgpong.scaling import progress_files
+    from pgpong.scaling.learning import progress_files
 
     for name in ("batch-size=10__seed=1", "batch-size=10__seed=0"):
         (tmp_path / "s" / "trials" / name).mkdir(parents=True)
@@ -148,7 +150,7 @@ def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_i
 def test_a_study_copied_under_another_name_reads_its_own_trials_and_an_empty_one_is_refused(tmp_path):
     import csv as csv_module
 
-    from pgpong.scaling import progress_files
+    from pgpong.scaling.learning import progress_files
     from pgpong.study.plan import Stops, Study
 
     study = Study("made", tmp_path, {"batch_size": [10]}, {}, [0, 1], Stops(matches=4))
@@ -163,7 +165,7 @@ def test_a_study_copied_under_another_name_reads_its_own_trials_and_an_empty_one
     assert progress_files([str(copy)]) == [trial / "progress.csv"]
     foreign = tmp_path / "long.csv"
     foreign.write_text("x" * (csv_module.field_size_limit() + 10) + "\n")
-    from pgpong.scaling import learning_curve
+    from pgpong.scaling.learning import learning_curve
 
     with pytest.raises(ValueError, match="is not a pgpong progress file"):
         learning_curve(str(foreign))
@@ -173,7 +175,7 @@ def test_a_ramp_run_is_grouped_as_its_ramp_and_projected_batch_by_batch(tmp_path
     from pathlib import Path
 
     from pgpong.config import TrainConfig, save_config
-    from pgpong.scaling import learning_table, project
+    from pgpong.scaling.learning import learning_table, project
 
     run = Path(tmp_path / "ramp")
     run.mkdir()
@@ -205,7 +207,8 @@ def test_a_lagged_run_is_grouped_apart_and_projected_at_the_lags_pace(tmp_path):
     from pathlib import Path
 
     from pgpong.config import TrainConfig, save_config
-    from pgpong.scaling import Constants, learning_table, predict, predict_lag, project
+    from pgpong.scaling import Constants, predict, predict_lag
+    from pgpong.scaling.learning import learning_table, project
 
     head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
     line = "1,300,300000,60.0,0.5,1000,300,0"
@@ -234,3 +237,20 @@ def test_a_lagged_run_is_grouped_apart_and_projected_at_the_lags_pace(tmp_path):
     save_config(TrainConfig(batch_size=300, lag_share=0.5), run / "config.json")
     (run / "progress.csv").write_text(head + line + "\n")
     assert "| 300 (lr 0.011, decay 0.7, lag share 0.5) | 1/1 |" in learning_table([str(run)])
+
+
+def test_the_table_at_workers_per_cpu_auto_gives_each_row_what_auto_picks():
+    """auto keeps one a CPU where the batch fits (1x64, batch 60) and takes 28 of 18 a
+    CPU for batch 300 on 11x18, the fewest with a worker for each match: each row is
+    predict()'s at that figure, and says how many workers it ran."""
+    from pgpong.scaling.__main__ import model_table
+
+    c, rows = PHASES["early"], [(60, 1, 64), (300, 11, 18)]
+    auto = model_table(c, "auto", rows).splitlines()[2:]
+    assert model_table(c, 1.0, rows).splitlines()[2].replace("1x64", "1x64 (64 workers, 1 a CPU)") == auto[0]
+    assert auto[1].startswith("| 300 | 11x18 (300 workers, 1.56 a CPU) | ")
+    expected = predict(300, 11, 18, c, per_cpu=28 / 18)
+    cells = auto[1].split(" | ")
+    assert cells[2] == f"{expected['seconds_per_update']:.2f} s"
+    assert cells[4] == f"{expected['best_whole_matches_s']:.2f} s"
+    assert model_table(c, 28 / 18, rows).splitlines()[3] == auto[1]

@@ -1,5 +1,5 @@
 """Where a pool's workers and matches go: pure arithmetic, shared by the pools, bench
-and the model of seconds per update (scaling.py)."""
+and the model of seconds per update (scaling/model.py)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def groups(workers: int, at_most: int) -> list[int]:
     return [workers // count + (1 if k < workers % count else 0) for k in range(count)]
 
 
-# The cluster pool's (pool/cluster_pool.py) cadences and leaders, here for the model (scaling.py) too:
+# The cluster pool's (pool/cluster_pool.py) cadences and leaders, here for the model (scaling/model.py) too:
 # A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
 # a node with more workers gets several leaders, so that a batch's first matches all
 # start within a few milliseconds.

@@ -1,0 +1,117 @@
+"""The model of seconds per update for any batch, workers and nodes, with its constants
+measured on this project's machine (docs/SCALING.md says how): its tables, as Markdown.
+
+    python -m pgpong.scaling [--phase late] [--workers-per-cpu N|auto]
+    python -m pgpong.scaling --lag 1 | --lag-share S
+    python -m pgpong.scaling --learning RUN ... [--threshold R]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pgpong.config import PER_CPU_RANGE, per_cpu_text, per_cpu_valid, per_cpu_value
+from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, auto_per_cpu
+from pgpong.scaling.learning import learning_table
+from pgpong.scaling.model import PHASES, SCENARIOS, Constants, predict, predict_lag
+
+PROG = "python -m pgpong.scaling"
+
+
+def model_table(c: Constants, per_cpu: float | str = 1.0, rows: list[tuple[int, int, int]] = SCENARIOS) -> str:
+    """The model's figures for `rows` of (batch, nodes, CPUs), by default the Ray
+    example's and ten times its biggest, at `per_cpu` workers a CPU (auto: what
+    `--workers-per-cpu auto` picks for each row)."""
+    lines = [
+        "| batch | nodes x CPUs | seconds per update | lower bound | best whole-match schedule | pgpong's schedule"
+        " | efficiency | of the best | driver CPU | queue CPU | into the driver |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for batch, nodes, cpus in rows:
+        each = auto_per_cpu(batch, [cpus] * nodes) if per_cpu == AUTO else float(per_cpu)
+        p = predict(batch, nodes, cpus, c, per_cpu=each)
+        shown = f" ({p['workers']:,.0f} workers, {each:.3g} a CPU)" if per_cpu != 1 else ""
+        lines.append(
+            f"| {batch:,} | {nodes}x{cpus}{shown} | {p['seconds_per_update']:.2f} s | {p['lower_bound_s']:.2f} s"
+            f" | {p['best_whole_matches_s']:.2f} s | {p['pgpong_schedule_s']:.2f} s | {p['efficiency']:.2f}"
+            f" | {p['of_best_whole_matches']:.2f} | {p['driver_cpu_ms']:,.0f} ms | {p['queue_cpu_ms']:,.0f} ms"
+            f" | {p['bytes_into_driver'] / 2**20:,.1f} MB |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def lag_table(c: Constants, lag: int, share: float = 0.0) -> str:
+    """The model's seconds per update without a lag and with `lag` (or a lag `share`),
+    as a Markdown table."""
+    name = f"lag {lag}" if lag else f"lag share {share:g}"
+    lines = [
+        f"| batch | nodes x CPUs | lag 0 | {name} | {name} over the best whole-match schedule"
+        f" | {name} over the work per worker |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for batch, nodes, cpus in SCENARIOS:
+        now = predict_lag(batch, nodes, cpus, c, 0)
+        lagged = predict_lag(batch, nodes, cpus, c, lag, share=share)
+        lines.append(
+            f"| {batch:,} | {nodes}x{cpus} | {now['seconds_per_update']:.2f} s | {lagged['seconds_per_update']:.2f} s"
+            f" | {lagged['of_best_whole_matches']:.2f} | {lagged['of_work_per_worker']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phase", choices=sorted(PHASES), default="early", help="early or late in training")
+    parser.add_argument(
+        "--learning",
+        nargs="+",
+        metavar="RUN",
+        help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories, "
+        "a directory of them, or a study's directory), measured and projected by cores",
+    )
+    parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
+    parser.add_argument(
+        "--lag",
+        type=int,
+        choices=(1, 2),
+        help="instead: seconds per update when batch k may start once update k - 1 - LAG is done "
+        "(--lag 1 overlaps batches so)",
+    )
+    parser.add_argument(
+        "--workers-per-cpu",
+        type=per_cpu_value,
+        default=1.0,
+        metavar="N",
+        help=f"the table at N workers a CPU, as train's flag: {AUTO} (what it picks for each row), "
+        f"or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1)",
+    )
+    parser.add_argument(
+        "--lag-share",
+        type=float,
+        metavar="S",
+        help="instead: seconds per update when the first S of batch k's matches may start once update k - 2 "
+        "is done, the rest once update k - 1 is (--lag-share S overlaps batches so)",
+    )
+    args = parser.parse_args()
+    per_cpu, error = args.workers_per_cpu, f"{PROG}: error: --workers-per-cpu"
+    if not per_cpu_valid(per_cpu):
+        parser.exit(2, f"{error} {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}\n")
+    if per_cpu != 1 and (args.lag or args.lag_share or args.learning):
+        parser.exit(2, f"{error} is modelled alone, without --lag, --lag-share or --learning\n")
+    if args.learning:
+        try:
+            print(learning_table(args.learning, args.threshold), end="")
+        except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
+            parser.exit(2, f"{PROG}: error: {exc}\n")
+        return
+    c = PHASES[args.phase]
+    if args.lag_share is not None and not 0 < args.lag_share <= 1:
+        parser.exit(2, f"{PROG}: error: --lag-share must be in (0, 1], got {args.lag_share:g}\n")
+    if args.lag or args.lag_share:
+        print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
+        return
+    print(model_table(c, per_cpu), end="")
+
+
+if __name__ == "__main__":
+    main()
