@@ -144,6 +144,41 @@ def test_workers_sharing_a_nodes_cores_by_hand_and_at_their_limits():
         assert shared_first_free(lengths, split) >= lower_bound(lengths, 2 * cores) - 1e-9
 
 
+def _shared_step_by_step(durations: list[float], nodes: list[tuple[int, int]], pause: float) -> float:
+    """shared_first_free's schedule the obvious way: at each end anywhere, every match in
+    play on every node advanced by its node's share of the time."""
+    todo = [d + pause for d in durations]
+    playing: list[list[float]] = [[] for _ in nodes]  # the work left of each match in play
+    for n, (workers, cores) in enumerate(nodes):
+        while todo and len(playing[n]) < workers and cores > 0:
+            playing[n].append(todo.pop(0))
+    now = 0.0
+    while any(playing):
+        rates = [min(1.0, cores / len(left)) if left else 0.0 for left, (_, cores) in zip(playing, nodes, strict=True)]
+        step, n = min((min(left) / rates[n], n) for n, left in enumerate(playing) if left)
+        now += step
+        for m, left in enumerate(playing):
+            playing[m] = [w - step * rates[m] for w in left]
+        playing[n].remove(min(playing[n]))
+        if todo:
+            playing[n].append(todo.pop(0))
+    return now
+
+
+def test_workers_sharing_cores_end_as_a_step_by_step_simulation_says():
+    """The schedule that follows each node's own clock (one event heap entry a node) ends
+    when the obvious simulation, which advances every match at every end, does: on random
+    clusters of 1-12 nodes with more workers than cores, fewer, and as many (lengths
+    drawn from a continuum: at a tie the two may give the next match to different nodes)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        lengths = list(rng.uniform(0.5, 2.0, size=int(rng.integers(1, 60))))
+        nodes = [(int(rng.integers(1, 9)), int(rng.integers(1, 5))) for _ in range(int(rng.integers(1, 13)))]
+        pause = float(rng.choice([0.0, 0.01]))
+        expected = _shared_step_by_step(lengths, nodes, pause)
+        assert shared_first_free(lengths, nodes, pause) == pytest.approx(expected, rel=1e-9), (lengths, nodes)
+
+
 def test_workers_a_cpu_fit_in_what_ray_counts():
     assert (cpu_share(1.0), cpu_share(1.5), cpu_share(1.6), cpu_share(3.0)) == (1.0, 0.6666, 0.625, 0.3333)
     assert [node_workers(18, n) for n in (1.0, 1.5, 1.6, 2.0)] == [18, 27, 28, 36]

@@ -170,21 +170,29 @@ def shared_first_free(durations: list[float], nodes: list[tuple[int, int]], paus
     if durations and not any(w > 0 and c > 0 for w, c in nodes):
         raise ValueError(f"no node with workers and cores to play on: {nodes}")
     todo = deque(d + pause for d in durations)
-    done = [0.0] * len(nodes)  # the work each of a node's matches in play has had: they share its cores equally
+    # A node's cores are shared by its own matches only, so its rate changes only when one
+    # of its matches ends and the next starts there: each node keeps its own clock of the
+    # work its matches have had (`done`, as of `since`), and the next end anywhere is the
+    # earliest of the nodes' own next ends (a heap with one entry a node).
+    done, since = [0.0] * len(nodes), [0.0] * len(nodes)
     ends: list[list[float]] = [[] for _ in nodes]  # a node's matches in play: `done` at which each ends
     for n, (workers, _) in enumerate(nodes):
         while todo and len(ends[n]) < workers and nodes[n][1] > 0:
             heapq.heappush(ends[n], todo.popleft())
+
+    def next_end(n: int) -> tuple[float, int]:
+        return since[n] + (ends[n][0] - done[n]) / min(1.0, nodes[n][1] / len(ends[n])), n
+
+    events = [next_end(n) for n, e in enumerate(ends) if e]
+    heapq.heapify(events)
     now = 0.0
-    while any(ends):
-        rates = [min(1.0, cores / len(e)) if e else 0.0 for e, (_, cores) in zip(ends, nodes, strict=True)]
-        n = min((n for n, e in enumerate(ends) if e), key=lambda n: (ends[n][0] - done[n]) / rates[n])
-        wait = (ends[n][0] - done[n]) / rates[n]
-        now += wait
-        for m, e in enumerate(ends):
-            done[m] = heapq.heappop(e) if m == n else done[m] + wait * rates[m]
+    while events:
+        now, n = heapq.heappop(events)
+        done[n], since[n] = heapq.heappop(ends[n]), now
         if todo:  # the freed worker takes the next match
             heapq.heappush(ends[n], done[n] + todo.popleft())
+        if ends[n]:
+            heapq.heappush(events, next_end(n))
     return now
 
 
