@@ -126,8 +126,8 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
         (["--learning", str(empty)], "is not a pgpong progress file"),
         (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be auto or in [1, 4], got 0.5"),
         (["--workers-per-cpu", "nan"], "--workers-per-cpu must be auto or in [1, 4], got nan"),
-        (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled alone, without --lag"),
-        (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled alone, without --lag"),
+        (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled without --lag or --lag-share"),
+        (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled without --lag"),
     ]:
         proc = subprocess.run([sys.executable, "-m", "pgpong.scaling", *given], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)
@@ -254,3 +254,34 @@ def test_the_table_at_workers_per_cpu_auto_gives_each_row_what_auto_picks():
     assert cells[2] == f"{expected['seconds_per_update']:.2f} s"
     assert cells[4] == f"{expected['best_whole_matches_s']:.2f} s"
     assert model_table(c, 28 / 18, rows).splitlines()[3] == auto[1]
+
+
+def test_runs_projected_at_workers_per_cpu_auto_take_each_batchs_pick(tmp_path):
+    """--learning at auto: a batch of 300 on 11x18 is projected at auto's 28/18 a CPU
+    (faster than at one a CPU, as the model's table says), a batch that fits the cores
+    as at one a CPU, and a run with a lag, which the model does not share cores for, not
+    at all."""
+    from pathlib import Path
+
+    from pgpong.config import TrainConfig, save_config
+    from pgpong.scaling.learning import CORES, learning_table, project
+
+    head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
+    line = "1,300,300000,60.0,0.5,1000,300,0"
+    row = {k: float(v) for k, v in zip(head.strip().split(","), line.split(","), strict=True)}
+    auto, one = project([row], 11, 18, per_cpu="auto"), project([row], 11, 18)
+    assert auto is not None and one is not None
+    assert auto == project([row], 11, 18, per_cpu=28 / 18) and auto["minutes"] < 0.9 * one["minutes"]
+    assert project([row], 1, 2, per_cpu="auto") == project([row], 1, 2)  # 300 on 2 CPUs: more than 4 a CPU
+    with pytest.raises(ValueError, match="not modelled with --lag"):
+        project([row], 11, 18, lag=1, per_cpu="auto")
+    for lag in (0, 1):
+        run = Path(tmp_path / f"lag{lag}")
+        run.mkdir()
+        save_config(TrainConfig(batch_size=300, lag=lag), run / "config.json")
+        (run / "progress.csv").write_text(head + line + "\n")
+    text = learning_table([str(tmp_path / "lag0"), str(tmp_path / "lag1")], per_cpu="auto")
+    assert "| 198 cores (11x18, projected, --workers-per-cpu auto) |" in text
+    cells = {r.split(" | ")[0]: r.split(" | ") for r in text.splitlines() if r.startswith("| lag")}
+    assert cells["| lag1"][-4:] == ["-"] * 3 + ["- |"]
+    assert cells["| lag0"][-1] == f"{auto['minutes']:.1f} |" and len(cells["| lag0"]) == 5 + len(CORES)

@@ -82,8 +82,8 @@ def main() -> None:
         type=per_cpu_value,
         default=1.0,
         metavar="N",
-        help=f"the table at N workers a CPU, as train's flag: {AUTO} (what it picks for each row), "
-        f"or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1)",
+        help=f"the table (or --learning's projections) at N workers a CPU, as train's flag: {AUTO} (what it "
+        f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1)",
     )
     parser.add_argument(
         "--lag-share",
@@ -96,11 +96,11 @@ def main() -> None:
     per_cpu, error = args.workers_per_cpu, f"{PROG}: error: --workers-per-cpu"
     if not per_cpu_valid(per_cpu):
         parser.exit(2, f"{error} {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}\n")
-    if per_cpu != 1 and (args.lag or args.lag_share or args.learning):
-        parser.exit(2, f"{error} is modelled alone, without --lag, --lag-share or --learning\n")
+    if per_cpu != 1 and (args.lag or args.lag_share):
+        parser.exit(2, f"{error} is modelled without --lag or --lag-share\n")
     if args.learning:
         try:
-            print(learning_table(args.learning, args.threshold), end="")
+            print(learning_table(args.learning, args.threshold, per_cpu), end="")
         except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
             parser.exit(2, f"{PROG}: error: {exc}\n")
         return

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgpong.config import ConfigError, TrainConfig, load_config
+from pgpong.config import ConfigError, TrainConfig, load_config, per_cpu_text
+from pgpong.placement import AUTO, auto_per_cpu
 from pgpong.scaling.model import PHASES, Constants, predict, predict_lag
 
 CORES = {2: (1, 2), 10: (1, 10), 64: (1, 64), 198: (11, 18)}  # cores -> nodes x CPUs of the projection
@@ -37,13 +38,22 @@ def learning_curve(path: str) -> list[dict[str, float]]:
 
 
 def project(
-    rows: list[dict[str, float]], nodes: int, cpus: int, threshold: float = 0.0, lag: int = 0, share: float = 0.0
+    rows: list[dict[str, float]],
+    nodes: int,
+    cpus: int,
+    threshold: float = 0.0,
+    lag: int = 0,
+    share: float = 0.0,
+    per_cpu: float | str = 1.0,
 ) -> dict | None:
     """Minutes to reach `threshold` running reward if the run's updates (its own batch
     sizes and mean match lengths, batch by batch) took the model's seconds per update
     on nodes x cpus, with the run's `lag` or lag `share` (batches overlapping,
-    predict_lag's steady pace); None if the run never reached it. Match lengths within a batch
-    spread as the phase's bank does around the batch's mean."""
+    predict_lag's steady pace), or at `per_cpu` workers a CPU (auto: what it picks for
+    each batch; not modelled with a lag); None if the run never reached it. Match
+    lengths within a batch spread as the phase's bank does around the batch's mean."""
+    if per_cpu != 1 and (lag or share):
+        raise ValueError("workers sharing a node's cores are not modelled with --lag or --lag-share")
     seconds, cache = 0.0, {}
     for row in rows:
         batch, mean_len = int(row["batch_episodes"]), row["episode_len_mean"]
@@ -57,7 +67,8 @@ def project(
             if lag or share:
                 found = predict_lag(batch, nodes, cpus, shaped, lag, share=share)
             else:
-                found = predict(batch, nodes, cpus, shaped, 30)
+                each = auto_per_cpu(batch, [cpus] * nodes) if per_cpu == AUTO else float(per_cpu)
+                found = predict(batch, nodes, cpus, shaped, 30, per_cpu=each)
             cache[key] = found["seconds_per_update"]
         seconds += cache[key]
         if row["running_reward"] >= threshold:
@@ -129,13 +140,14 @@ def _spread(values: list[float]) -> str:
     return f"{median:.1f}" if len(values) == 1 else f"{median:.1f} ({low:.1f}-{high:.1f})"
 
 
-def learning_table(paths: list[str], threshold: float = 0.0) -> str:
+def learning_table(paths: list[str], threshold: float = 0.0, per_cpu: float | str = 1.0) -> str:
     """Minutes to `threshold` per run: measured on this machine (the run's own wall
-    time, with its own workers) and projected for 2, 10, 64 and 198 cores; then per
-    batch size the median (min-max) over its runs, and the batch that is fastest on
-    each number of cores."""
+    time, with its own workers) and projected for 2, 10, 64 and 198 cores (at `per_cpu`
+    workers a CPU: runs with a lag are then not projected); then per batch size the
+    median (min-max) over its runs, and the batch that is fastest on each number of cores."""
+    at = f", --workers-per-cpu {per_cpu_text(per_cpu)}" if per_cpu != 1 else ""
     head = "| run | batch | matches | env steps | measured (workers) | " + " | ".join(
-        f"{cores} cores ({n}x{c}, projected)" for cores, (n, c) in CORES.items()
+        f"{cores} cores ({n}x{c}, projected{at})" for cores, (n, c) in CORES.items()
     )
     lines = [head + " |", "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(CORES)]
     by_setting: dict[str, dict[str, list]] = {}
@@ -160,8 +172,12 @@ def learning_table(paths: list[str], threshold: float = 0.0) -> str:
         runs["reached"].append(_name(path))
         workers = int(rows[0].get("workers", 0))
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
+        lagged = (config.lag, config.lag_share) if config else (0, 0.0)
         for cores, (nodes, cpus) in CORES.items():
-            found = project(rows, nodes, cpus, threshold, *((config.lag, config.lag_share) if config else (0, 0.0)))
+            if per_cpu != 1 and any(lagged):
+                cells.append("-")  # not modelled
+                continue
+            found = project(rows, nodes, cpus, threshold, *lagged, per_cpu=per_cpu)
             assert found is not None
             runs[str(cores)].append(found["minutes"])
             cells.append(f"{found['minutes']:.1f}")
