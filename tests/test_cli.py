@@ -407,6 +407,7 @@ def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.long  # the settings' maths: test_policy, test_golden; their checks: test_rundir
 def test_the_candidate_settings_are_said_on_the_first_line_and_recorded(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
     flags = ["--entropy-bonus", "0.01", "--w2-init-scale", "0.1", "--max-update-norm", "5"]

@@ -273,7 +273,9 @@ def _group_alive(pgid):
         return False
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "wrong-version"])
+@pytest.mark.parametrize(
+    "damage", ["truncate", *(pytest.param(d, marks=pytest.mark.long) for d in ("garbage", "wrong-version"))]
+)  # (every kind of damage is refused in test_checkpoint and test_hostile_files)
 def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, reference, damage):
     run_dir = tmp_path / "run"
     assert run_pgpong("train", *cli_settings(run_dir, 3), "--workers", "0").returncode == 0

@@ -74,6 +74,7 @@ def test_golden_weights_on_two_ray_workers(tmp_path, ray_instance):
     check(train_in_process(tmp_path / "run", 2, 3, SETTINGS))
 
 
+@pytest.mark.long  # the golden weights in this process and on Ray workers stay in make test
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the kernels named are x86's")
 def test_golden_weights_whatever_kernels_the_cpu_would_pick(tmp_path):
     """The same run with OpenBLAS's kernel for another CPU (Sandybridge: no AVX2, no

@@ -193,7 +193,7 @@ def test_a_checkpoint_with_half_of_the_previous_weights_is_refused(tmp_path):
         load_checkpoint(broken)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # make test keeps --lag 1's bits on three nodes (test_cluster_pool)
 def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batches(tmp_path, ray_instance):
     """On Ray a lagged run's pool plays the next batch while this one's last matches
     finish (a ClusterPool, on one node too); the bits are those of --workers 0, and a

@@ -231,6 +231,7 @@ def test_workers_per_cpu_share_a_node_and_sum_as_this_process_does(ray_instance)
     np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
 
 
+@pytest.mark.long  # auto's choice is test_placement's; sharing a node's CPUs on Ray stays in make test
 def test_workers_per_cpu_auto_gives_each_match_a_worker_if_four_a_cpu_or_fewer_do(ray_instance):
     """auto on this 2-CPU instance: a batch of 4, 2 a CPU (a worker each); of 2 (it fits)
     and of 10 (5 a CPU would be too many), 1 a CPU; each says so. The sum is the same."""
