@@ -198,7 +198,9 @@ def test_outside_libraries_are_imported_only_where_the_design_says():
     assert set(GYMNASIUM_OR_ALE) | set(RAY) <= set(files)
 
 
-@pytest.mark.parametrize("module", ["scaling", "placement", "schedule", "config"])
+@pytest.mark.parametrize(
+    "module", ["scaling", "scaling.learning", "scaling.__main__", "placement", "schedule", "config"]
+)
 def test_pure_modules_load_no_ray_gymnasium_or_ale(module):
     """Imported for real in a fresh interpreter: what they pull in, at any depth."""
     heavy = ["ray", "gymnasium", "ale_py", "numba"]

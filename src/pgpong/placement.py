@@ -51,6 +51,12 @@ def auto_per_cpu(matches: int | None, cpus: list[int], most: float = MAX_WORKERS
     return next((n for n in steps if sum(node_workers(c, n) for c in cpus) >= matches), 1.0)
 
 
+def per_cpu_for(asked: float | str, matches: int | None, cpus: list[int]) -> float:
+    """The workers a CPU that --workers-per-cpu `asked` gives for a batch of `matches` on
+    nodes with these CPUs: auto's pick (auto_per_cpu), or the number asked."""
+    return auto_per_cpu(matches, cpus) if asked == AUTO else float(asked)
+
+
 def cpu_share(per_cpu: float) -> float:
     """What each rollout worker asks of Ray at `per_cpu` workers a CPU: a whole CPU at
     1, else 1 / per_cpu cut down to the 0.0001 Ray counts in (so 27 of 2/3 fit on 18)."""
@@ -166,7 +172,10 @@ def shared_first_free(durations: list[float], nodes: list[tuple[int, int]], paus
     node after node, as the nodes' first requests to the queue fill them), the cores of a
     node shared equally by its matches in play (each of k on c cores advances at min(1, c/k)
     of a core, as the operating system shares them). `nodes`: (workers, cores) of each.
-    When the last match ends; with no more workers than cores, first_free's answer."""
+    When the last match ends; with no more workers than cores, first_free's answer. (Where
+    two nodes free a worker at the same moment with a match still waiting, which takes it
+    rests on the times' last bits: the makespan may then differ from a schedule in exact
+    arithmetic by one match's placement.)"""
     if durations and not any(w > 0 and c > 0 for w, c in nodes):
         raise ValueError(f"no node with workers and cores to play on: {nodes}")
     todo = deque(d + pause for d in durations)

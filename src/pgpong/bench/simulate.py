@@ -49,7 +49,7 @@ from pgpong.cluster import (
     set_auth_mode,
 )
 from pgpong.config import ConfigError, TrainConfig
-from pgpong.placement import AUTO, auto_per_cpu, cluster_workers, node_workers, shares
+from pgpong.placement import AUTO, cluster_workers, node_workers, per_cpu_for, shares
 from pgpong.policy import Params
 from pgpong.pool import WorkerSettings, open_pool
 from pgpong.pool.base import kept_for_life
@@ -346,7 +346,7 @@ def simulate(opts: BenchOptions, say: Callable[[str], None], status: Callable[[s
             say(f"bank: played here at {here:,.0f} env steps/s a core; simulated at {opts.pace:,.0f} (--pace)")
         matches = max(opts.batch_sizes)
         asked = opts.workers_per_cpu
-        per_cpu = auto_per_cpu(matches, [shape.cpus] * shape.nodes) if asked == AUTO else float(asked)
+        per_cpu = per_cpu_for(asked, matches, [shape.cpus] * shape.nodes)
         workers, counts, per_process, node_cpus = layout(shape, per_cpu, matches)
         sharing = [(n, shape.cpus) for n in counts] if per_cpu > 1 else None
         processes = sum(-(-n // per_process) for n in counts)

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from pgpong.cluster import cluster_cpus, nodes_with_cpus, start_ray
-from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, auto_per_cpu, cluster_workers
+from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, cluster_workers, per_cpu_for
 from pgpong.pool.base import (
     BatchMeasures,
     BatchResult,
@@ -78,7 +78,7 @@ def open_pool(
         return LocalPool(settings)
     start_ray(address)
     auto, asked = per_cpu == AUTO, workers
-    per_cpu = auto_per_cpu(matches, [cpus for _, cpus in nodes_with_cpus()]) if auto else float(per_cpu)
+    per_cpu = per_cpu_for(per_cpu, matches, [cpus for _, cpus in nodes_with_cpus()])
     kind = dataclasses.replace(kind or WorkerKind(RolloutWorker), per_cpu=per_cpu)
     cpus = (
         cluster_cpus()

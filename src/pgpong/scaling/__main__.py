@@ -3,7 +3,7 @@ measured on this project's machine (docs/SCALING.md says how): its tables, as Ma
 
     python -m pgpong.scaling [--phase late] [--workers-per-cpu N|auto]
     python -m pgpong.scaling --lag 1 | --lag-share S
-    python -m pgpong.scaling --learning RUN ... [--threshold R]
+    python -m pgpong.scaling --learning RUN ... [--threshold R] [--workers-per-cpu N|auto]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from pgpong.config import PER_CPU_RANGE, per_cpu_text, per_cpu_valid, per_cpu_value
-from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, auto_per_cpu
+from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, per_cpu_for
 from pgpong.scaling.learning import learning_table
 from pgpong.scaling.model import PHASES, SCENARIOS, Constants, predict, predict_lag
 
@@ -28,7 +28,7 @@ def model_table(c: Constants, per_cpu: float | str = 1.0, rows: list[tuple[int, 
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for batch, nodes, cpus in rows:
-        each = auto_per_cpu(batch, [cpus] * nodes) if per_cpu == AUTO else float(per_cpu)
+        each = per_cpu_for(per_cpu, batch, [cpus] * nodes)
         p = predict(batch, nodes, cpus, c, per_cpu=each)
         shown = f" ({p['workers']:,.0f} workers, {each:.3g} a CPU)" if per_cpu != 1 else ""
         lines.append(
@@ -81,9 +81,9 @@ def main() -> None:
         "--workers-per-cpu",
         type=per_cpu_value,
         default=1.0,
-        metavar="N",
+        metavar="N|auto",
         help=f"the table (or --learning's projections) at N workers a CPU, as train's flag: {AUTO} (what it "
-        f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1)",
+        f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1); not with --lag or --lag-share",
     )
     parser.add_argument(
         "--lag-share",

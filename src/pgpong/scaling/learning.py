@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pgpong.config import ConfigError, TrainConfig, load_config, per_cpu_text
-from pgpong.placement import AUTO, auto_per_cpu
+from pgpong.placement import per_cpu_for
 from pgpong.scaling.model import PHASES, Constants, predict, predict_lag
 
 CORES = {2: (1, 2), 10: (1, 10), 64: (1, 64), 198: (11, 18)}  # cores -> nodes x CPUs of the projection
@@ -67,7 +67,7 @@ def project(
             if lag or share:
                 found = predict_lag(batch, nodes, cpus, shaped, lag, share=share)
             else:
-                each = auto_per_cpu(batch, [cpus] * nodes) if per_cpu == AUTO else float(per_cpu)
+                each = per_cpu_for(per_cpu, batch, [cpus] * nodes)
                 found = predict(batch, nodes, cpus, shaped, 30, per_cpu=each)
             cache[key] = found["seconds_per_update"]
         seconds += cache[key]
