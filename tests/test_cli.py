@@ -371,6 +371,7 @@ def test_more_workers_than_cpus_runs_what_fits_and_records_it(tmp_path):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["workers"] == cpus
 
 
+@pytest.mark.long  # a run's first line: test_cli's others; the rule's rates in training: test_trainer
 def test_the_first_line_config_and_checkpoint_say_the_learning_rate(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "1", "--hidden", "8", "--max-episode-steps", "10"]
     proc = run_pgpong(*common, "--batch-size", "60", "--run-dir", str(tmp_path / "default"))
@@ -445,6 +446,7 @@ def test_a_first_step_far_above_the_rules_is_warned_about():
     assert warned is not None and "about 0.05 (lr, warmed up), and 0.073 made" in warned
 
 
+@pytest.mark.long  # the ramp in training: test_trainer's batch ramp
 def test_a_batch_ramp_is_said_on_the_first_line_and_checked(tmp_path):
     common = ["train", "--workers", "0", "--iterations", "2", "--hidden", "8", "--max-episode-steps", "10"]
     proc = run_pgpong(

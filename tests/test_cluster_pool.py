@@ -221,7 +221,7 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
             pool.collect([third])
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the reducer's step ahead stays in make test
 def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
     """A step that is not finite (here the plan's learning rate is NaN) is not
     published: the announced batch waits for the trainer's own weights, plays them,
@@ -330,7 +330,7 @@ class NodeLosingPool(ClusterPool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("when", ["announced", "published"])
+@pytest.mark.parametrize("when", [pytest.param("announced", marks=pytest.mark.long), "published"])
 def test_a_node_lost_mid_batch_costs_its_matches_only_and_changes_no_weight(
     tmp_path, reference, cluster, three_leaders, when
 ):

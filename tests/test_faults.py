@@ -298,6 +298,7 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(tmp_path, reference, d
     assert_same_weights(load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1]), reference[4])
 
 
+@pytest.mark.long  # resuming from the newest checkpoint stays in make test
 def test_resume_from_an_explicit_checkpoint(tmp_path, reference):
     run_dir = tmp_path / "run"
     assert run_pgpong("train", *cli_settings(run_dir, 3), "--workers", "0").returncode == 0

@@ -69,7 +69,7 @@ def test_the_default_before_the_bonus_and_the_clipping_is_two_flags_away(tmp_pat
     check(state, BEFORE_WEIGHTS, BEFORE_CACHE, BEFORE_RUNNING_REWARD)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the same bits on 0, 1 and 2 workers: test_trainer
 def test_golden_weights_on_two_ray_workers(tmp_path, ray_instance):
     check(train_in_process(tmp_path / "run", 2, 3, SETTINGS))
 

@@ -49,7 +49,7 @@ def _wait_rows(proc, run_dir, n):
         time.sleep(0.02)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a held run directory refused: the test above
 def test_second_trainer_is_refused_within_seconds_and_the_first_is_undisturbed(tmp_path):
     run_dir = tmp_path / "run"
     first = _start(run_dir, 12)

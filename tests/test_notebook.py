@@ -167,7 +167,7 @@ def readme_python_example() -> str:
     return found.group(1)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the API it calls runs in the notebook's test
 def test_the_readme_python_example_runs_as_written(tmp_path):
     block = readme_python_example()
     assert len(block.strip().splitlines()) <= 12
