@@ -2,6 +2,7 @@
 per-match gradients of a small policy."""
 
 import numpy as np
+import pytest
 
 from pgpong.noise import noise_scale, per_match_gradients
 from pgpong.policy import Params
@@ -31,3 +32,34 @@ def test_pure_noise_has_no_finite_scale_and_real_matches_give_numbers():
     assert [steps for _, steps in pairs] == [400] * 4
     found = noise_scale(g for g, _ in pairs)
     assert found["matches"] == 4 and found["trace_sigma"] > 0
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from pgpong.noise import main
+
+    damaged = tmp_path / "ckpt-000001.npz"
+    damaged.write_bytes(b"PK\x03\x04 not really a zip archive")
+    for given, says in [
+        ([str(tmp_path / "nowhere.npz")], "nowhere.npz: no such file or directory"),
+        ([str(damaged)], "ckpt-000001.npz: not a .npz archive, or truncated or damaged"),
+        ([str(tmp_path)], "ckpt-000001.npz: not a .npz archive"),  # a run directory: its newest checkpoint
+        (["--matches", "1"], "--matches must be at least 2, got 1"),
+        (["--matches", "two"], "argument --matches: invalid int value: 'two'"),
+        (["--seed", "-1"], "--seed must be in [0, 2**32), got -1"),
+        (["--max-episode-steps", "0"], "--max-episode-steps must be at least 1, got 0"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            main(given)
+        out, err = capsys.readouterr()
+        assert stopped.value.code == 2 and out == "", (given, out, err)
+        [line] = err.strip().splitlines()
+        assert line.startswith("python -m pgpong.noise: error: ") and says in line, (given, line)
+
+
+def test_the_command_prints_a_table_of_real_matches(capsys):
+    from pgpong.noise import main
+
+    assert main(["initial", "--matches", "2", "--max-episode-steps", "60"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| policy | matches | mean match steps |") and len(out) == 3
+    assert out[2].startswith("| initial weights (H=200, seed 0) | 2 | 60 |")

@@ -112,9 +112,8 @@ def test_learning_table_groups_runs_by_batch_and_names_the_fastest_per_core_coun
     assert f"64 cores: batch {fastest}: " in text
 
 
-def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
-    import subprocess
-    import sys
+def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
+    from pgpong.scaling.__main__ import main
 
     foreign = tmp_path / "other.csv"
     foreign.write_text("step,loss\n1,0.5\n")
@@ -124,15 +123,25 @@ def test_learning_table_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
         (["--learning", str(tmp_path / "nowhere")], "no progress file"),
         (["--learning", str(foreign)], "is not a pgpong progress file (no batch_episodes"),
         (["--learning", str(empty)], "is not a pgpong progress file"),
+        (["--learning", str(foreign), "--threshold", "nan"], "--threshold must be a running reward in [-21, 21]"),
+        (["--learning", str(foreign), "--lag", "1"], "argument --lag: not allowed with argument --learning"),
+        (["--lag", "1", "--lag-share", "0.5"], "argument --lag-share: not allowed with argument --lag"),
+        (["--lag-share", "1.5"], "--lag-share must be in (0, 1], got 1.5"),
+        (["--lag", "3"], "argument --lag: invalid choice: 3"),  # argparse's own mistakes: one line too
+        (["--phase", "middle"], "argument --phase: invalid choice: 'middle'"),
+        (["--workers-per-cpu", "abc"], "argument --workers-per-cpu: must be auto or in [1, 4], got 'abc'"),
         (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be auto or in [1, 4], got 0.5"),
         (["--workers-per-cpu", "nan"], "--workers-per-cpu must be auto or in [1, 4], got nan"),
         (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled without --lag or --lag-share"),
         (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled without --lag"),
     ]:
-        proc = subprocess.run([sys.executable, "-m", "pgpong.scaling", *given], capture_output=True, text=True)
-        assert proc.returncode == 2 and proc.stdout == "", (given, proc.stdout, proc.stderr)
-        [line] = proc.stderr.strip().splitlines()
-        assert line.startswith("python -m pgpong.scaling: error: ") and says in line
+        with pytest.raises(SystemExit) as stopped:
+            main(given)
+        out, err = capsys.readouterr()
+        assert stopped.value.code == 2 and out == "", (given, out, err)
+        [line] = err.strip().splitlines()
+        assert line.startswith("python -m pgpong.scaling: error: ") and says in line, (given, line)
+        assert line.endswith("(see python -m pgpong.scaling --help)")
 
 
 def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_its_runs(tmp_path):

@@ -3,7 +3,30 @@
 Each error type stays in the module that raises it (ConfigError in config.py,
 CheckpointError in checkpoint.py, ...) and derives from PgpongError, so that a
 script or a notebook can catch them all with one `except pgpong.PgpongError`. This
-module imports nothing, so every floor of the house may use it."""
+module imports nothing of pgpong, so every floor of the house may use it; nor does
+OneLineParser, the argument parser of every command line pgpong has (`pgpong`, and
+`python -m pgpong.scaling` and `pgpong.noise`), whose mistakes are one line too."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import NoReturn
+
+EXIT_BAD_INPUT = 2  # the exit status of input that cannot be used
+
+
+def shortened(message: str) -> str:
+    """A message that echoes a number of thousands of digits keeps its first 20 and says how long it was."""
+    return re.sub(r"\d{41,}", lambda m: f"{m[0][:20]}... ({len(m[0]):,} digits)", message)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose error is one line naming the mistake and where help is,
+    with exit status 2 (argparse's own prints its usage first, several lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {shortened(message)} (see {self.prog} --help)\n")
 
 
 class PgpongError(Exception):

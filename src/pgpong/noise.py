@@ -16,7 +16,6 @@ noise scale is then larger than about n, and the estimate is given as None.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable
@@ -25,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from pgpong.checkpoint import CheckpointError
+from pgpong.errors import OneLineParser
 from pgpong.policy import Params
 
 
@@ -92,7 +93,7 @@ def measure(path: Path | None, matches: int, seed: int, max_episode_steps: int |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pgpong.noise", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m pgpong.noise", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "checkpoints",
         nargs="*",
@@ -100,13 +101,22 @@ def main(argv: list[str] | None = None) -> int:
         help="checkpoints, run directories, or 'initial' for new weights (default: the shipped agent)",
     )
     parser.add_argument("--matches", type=int, default=40, help="matches per policy (default: 40)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the matches (default: 0)")
-    parser.add_argument("--max-episode-steps", type=int, default=None, help="cut matches short")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the matches, in [0, 2**32) (default: 0)")
+    parser.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut matches at N steps")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     if args.matches < 2:
-        parser.error("--matches must be at least 2")
-    rows = [measure(p, args.matches, args.seed, args.max_episode_steps) for p in (args.checkpoints or [None])]
+        parser.error(f"--matches must be at least 2, got {args.matches}")
+    if not 0 <= args.seed < 2**32:
+        parser.error(f"--seed must be in [0, 2**32), got {args.seed}")
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        parser.error(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
+    try:
+        rows = [measure(p, args.matches, args.seed, args.max_episode_steps) for p in (args.checkpoints or [None])]
+    except (OSError, CheckpointError) as exc:  # a missing, unreadable or damaged checkpoint
+        parser.error(str(exc))
+    except KeyboardInterrupt:
+        parser.exit(130, "python -m pgpong.noise: stopped (Ctrl-C); nothing measured is printed\n")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

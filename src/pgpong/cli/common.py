@@ -4,17 +4,16 @@ how to name this pgpong in a hint."""
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NoReturn
 
 from pgpong.config import ConfigError
+from pgpong.errors import EXIT_BAD_INPUT as EXIT_BAD_INPUT  # (in errors.py, with the parser it serves)
+from pgpong.errors import OneLineParser, shortened
 from pgpong.files import closest
 
-EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -47,11 +46,8 @@ def given_path(text: str) -> Path:
     return Path(text)
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(OneLineParser):
     command_parsers: Mapping[str, argparse.ArgumentParser]  # (pgpong's own: its commands' parsers, by name)
-
-    def error(self, message: str) -> NoReturn:  # one line, exit 2
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {shortened(message)} (see {self.prog} --help)\n")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -73,11 +69,6 @@ def bad_input() -> tuple[type[Exception], ...]:
 def fail(message: str, status: int) -> int:
     print(f"pgpong: error: {shortened(message)}", file=sys.stderr, flush=True)
     return status
-
-
-def shortened(message: str) -> str:
-    """A message that echoes a number of thousands of digits keeps its first 20 and says how long it was."""
-    return re.sub(r"\d{41,}", lambda m: f"{m[0][:20]}... ({len(m[0]):,} digits)", message)
 
 
 def note(text: str) -> None:

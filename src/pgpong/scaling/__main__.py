@@ -8,9 +8,8 @@ measured on this project's machine (docs/SCALING.md says how): its tables, as Ma
 
 from __future__ import annotations
 
-import argparse
-
 from pgpong.config import PER_CPU_RANGE, per_cpu_text, per_cpu_valid, per_cpu_value
+from pgpong.errors import OneLineParser
 from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, per_cpu_for
 from pgpong.scaling.learning import learning_table
 from pgpong.scaling.model import PHASES, SCENARIOS, Constants, predict, predict_lag
@@ -59,18 +58,21 @@ def lag_table(c: Constants, lag: int, share: float = 0.0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--phase", choices=sorted(PHASES), default="early", help="early or late in training")
-    parser.add_argument(
+    instead = parser.add_mutually_exclusive_group()  # three other tables
+    instead.add_argument(
         "--learning",
         nargs="+",
         metavar="RUN",
         help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories, "
         "a directory of them, or a study's directory), measured and projected by cores",
     )
-    parser.add_argument("--threshold", type=float, default=0.0, help="with --learning (default: 0)")
     parser.add_argument(
+        "--threshold", type=float, default=0.0, help="with --learning: a running reward in [-21, 21] (default: 0)"
+    )
+    instead.add_argument(
         "--lag",
         type=int,
         choices=(1, 2),
@@ -85,28 +87,30 @@ def main() -> None:
         help=f"the table (or --learning's projections) at N workers a CPU, as train's flag: {AUTO} (what it "
         f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1); not with --lag or --lag-share",
     )
-    parser.add_argument(
+    instead.add_argument(
         "--lag-share",
         type=float,
         metavar="S",
         help="instead: seconds per update when the first S of batch k's matches may start once update k - 2 "
         "is done, the rest once update k - 1 is (--lag-share S overlaps batches so)",
     )
-    args = parser.parse_args()
-    per_cpu, error = args.workers_per_cpu, f"{PROG}: error: --workers-per-cpu"
+    args = parser.parse_args(argv)
+    per_cpu = args.workers_per_cpu
     if not per_cpu_valid(per_cpu):
-        parser.exit(2, f"{error} {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}\n")
+        parser.error(f"--workers-per-cpu {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}")
     if per_cpu != 1 and (args.lag or args.lag_share):
-        parser.exit(2, f"{error} is modelled without --lag or --lag-share\n")
+        parser.error("--workers-per-cpu is modelled without --lag or --lag-share")
     if args.learning:
+        if not -21 <= args.threshold <= 21:
+            parser.error(f"--threshold must be a running reward in [-21, 21], got {args.threshold:g}")
         try:
             print(learning_table(args.learning, args.threshold, per_cpu), end="")
         except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
-            parser.exit(2, f"{PROG}: error: {exc}\n")
+            parser.error(str(exc))
         return
     c = PHASES[args.phase]
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
-        parser.exit(2, f"{PROG}: error: --lag-share must be in (0, 1], got {args.lag_share:g}\n")
+        parser.error(f"--lag-share must be in (0, 1], got {args.lag_share:g}")
     if args.lag or args.lag_share:
         print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
         return
