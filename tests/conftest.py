@@ -70,6 +70,19 @@ def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: P
     return subprocess.run([*PGPONG, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
+def refused_in_one_line(main, given: list[str], prog: str, capsys) -> str:
+    """Call a command's main(argv) with bad input: it must exit with status 2, print
+    nothing on stdout and one line on stderr that names the command and where its
+    help is. That line."""
+    with pytest.raises(SystemExit) as stopped:
+        main(given)
+    out, err = capsys.readouterr()
+    assert stopped.value.code == 2 and out == "", (given, out, err)
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"{prog}: error: ") and line.endswith(f"(see {prog} --help)"), (given, line)
+    return line
+
+
 def train_in_process(run_dir: Path, workers: int, iterations: int, settings: dict, pool=None):
     """Train with the library API (LocalPool for workers=0, else the pool `pgpong train` opens); returns the state."""
     from pgpong.pool import open_pool

@@ -2,8 +2,8 @@
 per-match gradients of a small policy."""
 
 import numpy as np
-import pytest
 
+from conftest import refused_in_one_line
 from pgpong.noise import noise_scale, per_match_gradients
 from pgpong.policy import Params
 
@@ -48,12 +48,7 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
         (["--seed", "-1"], "--seed must be in [0, 2**32), got -1"),
         (["--max-episode-steps", "0"], "--max-episode-steps must be at least 1, got 0"),
     ]:
-        with pytest.raises(SystemExit) as stopped:
-            main(given)
-        out, err = capsys.readouterr()
-        assert stopped.value.code == 2 and out == "", (given, out, err)
-        [line] = err.strip().splitlines()
-        assert line.startswith("python -m pgpong.noise: error: ") and says in line, (given, line)
+        assert says in refused_in_one_line(main, given, "python -m pgpong.noise", capsys), given
 
 
 def test_the_command_prints_a_table_of_real_matches(capsys):

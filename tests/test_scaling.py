@@ -4,6 +4,7 @@ projection (scaling/learning.py)."""
 import numpy as np
 import pytest
 
+from conftest import refused_in_one_line
 from pgpong.placement import best_whole_matches
 from pgpong.placement import first_free as makespan
 from pgpong.scaling import PHASES, predict
@@ -135,13 +136,7 @@ def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
         (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled without --lag or --lag-share"),
         (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled without --lag"),
     ]:
-        with pytest.raises(SystemExit) as stopped:
-            main(given)
-        out, err = capsys.readouterr()
-        assert stopped.value.code == 2 and out == "", (given, out, err)
-        [line] = err.strip().splitlines()
-        assert line.startswith("python -m pgpong.scaling: error: ") and says in line, (given, line)
-        assert line.endswith("(see python -m pgpong.scaling --help)")
+        assert says in refused_in_one_line(main, given, "python -m pgpong.scaling", capsys), given
 
 
 def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_its_runs(tmp_path):
