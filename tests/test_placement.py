@@ -179,6 +179,38 @@ def test_workers_sharing_cores_end_as_a_step_by_step_simulation_says():
         assert shared_first_free(lengths, nodes, pause) == pytest.approx(expected, rel=1e-9), (lengths, nodes)
 
 
+def test_batches_pipelined_on_shared_cores_by_hand():
+    """Four matches of 1 a batch, four workers on 2 cores, a step of 0.5: each batch plays
+    at half a core a match, 2 s; with a lag of 1 the next batch's matches take the
+    workers as they free up, so the step is hidden. And with no more workers than cores,
+    pipelined's schedule; with one batch, shared_first_free's plus the step."""
+    from pgpong.placement import pipelined, shared_pipelined
+
+    four = [[1.0] * 4 for _ in range(4)]
+    assert shared_pipelined(four, [(4, 2)], 0.0, 0.5, 0) == pytest.approx([2.5, 5.0, 7.5, 10.0])
+    assert shared_pipelined(four, [(4, 2)], 0.0, 0.5, 1) == pytest.approx([2.5, 4.5, 6.5, 8.5])
+    # lag 0 with the first half of batch 1 early: it starts as batch 0 ends (2.0) at a
+    # core each, the rest at 2.5, when all four share the cores; the first half ends at
+    # 3.5, the rest at 4.0 (a core each again): 4.5
+    assert shared_pipelined(four[:2], [(4, 2)], 0.0, 0.5, 0, share=0.5) == pytest.approx([2.5, 4.5])
+    with pytest.raises(ValueError, match="no node with workers and cores"):
+        shared_pipelined(four, [(2, 0)], 0.0, 0.5, 0)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        batches = [list(rng.uniform(0.3, 1.5, size=int(rng.integers(1, 30)))) for _ in range(int(rng.integers(1, 7)))]
+        nodes, each = int(rng.integers(1, 4)), int(rng.integers(1, 9))
+        lag = int(rng.integers(0, 3))
+        share = float(rng.choice([0.0, 0.3, 1.0])) if lag == 0 else 0.0
+        shared = shared_pipelined(batches, [(each, each)] * nodes, 0.003, 0.05, lag, share)
+        assert shared == pytest.approx(pipelined(batches, nodes * each, 0.003, 0.05, lag, share), rel=1e-9)
+        crowded = [(int(rng.integers(1, 12)), int(rng.integers(1, 6))) for _ in range(nodes)]
+        [alone] = shared_pipelined(batches[:1], crowded, 0.003, 0.05, 0)
+        assert alone == pytest.approx(shared_first_free(batches[0], crowded, 0.003) + 0.05, rel=1e-9)
+        lagged = shared_pipelined(batches, crowded, 0.003, 0.05, 1)
+        assert lagged[-1] <= shared_pipelined(batches, crowded, 0.003, 0.05, 0)[-1] + 1e-9
+        assert lagged == sorted(lagged)  # updates end in order
+
+
 def test_workers_a_cpu_fit_in_what_ray_counts():
     assert (cpu_share(1.0), cpu_share(1.5), cpu_share(1.6), cpu_share(3.0)) == (1.0, 0.6666, 0.625, 0.3333)
     assert [node_workers(18, n) for n in (1.0, 1.5, 1.6, 2.0)] == [18, 27, 28, 36]

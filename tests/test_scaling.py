@@ -133,8 +133,6 @@ def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
         (["--workers-per-cpu", "abc"], "argument --workers-per-cpu: must be auto or in [1, 4], got 'abc'"),
         (["--workers-per-cpu", "0.5"], "--workers-per-cpu must be auto or in [1, 4], got 0.5"),
         (["--workers-per-cpu", "nan"], "--workers-per-cpu must be auto or in [1, 4], got nan"),
-        (["--workers-per-cpu", "2", "--lag", "1"], "--workers-per-cpu is modelled without --lag or --lag-share"),
-        (["--workers-per-cpu", "auto", "--lag-share", "0.5"], "--workers-per-cpu is modelled without --lag"),
     ]:
         assert says in refused_in_one_line(main, given, "python -m pgpong.scaling", capsys), given
 
@@ -263,8 +261,7 @@ def test_the_table_at_workers_per_cpu_auto_gives_each_row_what_auto_picks():
 def test_runs_projected_at_workers_per_cpu_auto_take_each_batchs_pick(tmp_path):
     """--learning at auto: a batch of 300 on 11x18 is projected at auto's 28/18 a CPU
     (faster than at one a CPU, as the model's table says), a batch that fits the cores
-    as at one a CPU, and a run with a lag, which the model does not share cores for, not
-    at all."""
+    as at one a CPU, with a lag too."""
     from pathlib import Path
 
     from pgpong.config import TrainConfig, save_config
@@ -277,8 +274,9 @@ def test_runs_projected_at_workers_per_cpu_auto_take_each_batchs_pick(tmp_path):
     assert auto is not None and one is not None
     assert auto == project([row], 11, 18, per_cpu=28 / 18) and auto["minutes"] < 0.9 * one["minutes"]
     assert project([row], 1, 2, per_cpu="auto") == project([row], 1, 2)  # 300 on 2 CPUs: more than 4 a CPU
-    with pytest.raises(ValueError, match="not modelled with --lag"):
-        project([row], 11, 18, lag=1, per_cpu="auto")
+    lagged = project([row], 11, 18, lag=1, per_cpu="auto")
+    assert lagged is not None and lagged == project([row], 11, 18, lag=1, per_cpu=28 / 18)
+    assert lagged["minutes"] < auto["minutes"] and lagged != project([row], 11, 18, lag=1)
     for lag in (0, 1):
         run = Path(tmp_path / f"lag{lag}")
         run.mkdir()
@@ -287,5 +285,20 @@ def test_runs_projected_at_workers_per_cpu_auto_take_each_batchs_pick(tmp_path):
     text = learning_table([str(tmp_path / "lag0"), str(tmp_path / "lag1")], per_cpu="auto")
     assert "| 198 cores (11x18, projected, --workers-per-cpu auto) |" in text
     cells = {r.split(" | ")[0]: r.split(" | ") for r in text.splitlines() if r.startswith("| lag")}
-    assert cells["| lag1"][-4:] == ["-"] * 3 + ["- |"]
+    assert cells["| lag1"][-1] == f"{lagged['minutes']:.1f} |"
     assert cells["| lag0"][-1] == f"{auto['minutes']:.1f} |" and len(cells["| lag0"]) == 5 + len(CORES)
+
+
+def test_the_lag_table_at_auto_shares_the_cores_where_auto_starts_more_workers():
+    """--lag 1 --workers-per-cpu auto: 1x64's batches fit its cores (one a CPU, the table
+    as without the flag); 11x18's 300 matches start at once on 28 workers a node."""
+    from pgpong.scaling import predict_lag
+    from pgpong.scaling.__main__ import lag_table
+
+    c, rows = PHASES["early"], [(60, 1, 64), (300, 11, 18)]
+    one, auto = lag_table(c, 1, rows=rows).splitlines(), lag_table(c, 1, per_cpu="auto", rows=rows).splitlines()
+    assert auto[2] == one[2].replace("| 1x64 |", "| 1x64 (64 workers, 1 a CPU) |")
+    assert auto[3].startswith("| 300 | 11x18 (300 workers, 1.56 a CPU) | ")
+    shared = predict_lag(300, 11, 18, c, 1, per_cpu=28 / 18)
+    assert shared["workers"] == 300 and predict_lag(300, 11, 18, c, 1)["workers"] == 198
+    assert auto[3].split(" | ")[3] == f"{shared['seconds_per_update']:.2f} s" and auto[3] != one[3]

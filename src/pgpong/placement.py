@@ -228,3 +228,94 @@ def pipelined(
             last = max(last, end)
         done.append(max(last, done[-1] if done else 0.0) + step)  # the updates come one after another
     return done
+
+
+class _SharedNodes:
+    """Nodes whose matches in play share their cores equally (shared_first_free's
+    rule), for an event simulation: each node's clock of the work its matches have had
+    (`work`, as of `since`), its matches in play (the work at which each ends, and a
+    tag), and a version that makes its older entries in the event heap stale once its
+    rate changes."""
+
+    def __init__(self, nodes: list[tuple[int, int]], events: list[tuple[float, int, int]]):
+        if not any(w > 0 and c > 0 for w, c in nodes):
+            raise ValueError(f"no node with workers and cores to play on: {nodes}")
+        self.nodes, self.events = nodes, events
+        self.work, self.since, self.version = [0.0] * len(nodes), [0.0] * len(nodes), [0] * len(nodes)
+        self.ends: list[list[tuple[float, int]]] = [[] for _ in nodes]
+
+    def free(self, n: int) -> int:
+        workers, cores = self.nodes[n]
+        return workers - len(self.ends[n]) if cores > 0 else 0
+
+    def _rate(self, n: int) -> float:
+        return min(1.0, self.nodes[n][1] / len(self.ends[n])) if self.ends[n] else 0.0
+
+    def _advance(self, n: int, now: float) -> None:
+        self.work[n] += (now - self.since[n]) * self._rate(n)
+        self.since[n], self.version[n] = now, self.version[n] + 1
+
+    def _next_end(self, n: int) -> None:
+        if self.ends[n]:
+            end = self.since[n] + (self.ends[n][0][0] - self.work[n]) / self._rate(n)
+            heapq.heappush(self.events, (end, n, self.version[n]))
+
+    def start(self, n: int, now: float, matches: list[tuple[float, int]]) -> None:
+        """Node n starts these (length, tag) matches at `now`."""
+        self._advance(n, now)
+        for length, tag in matches:
+            heapq.heappush(self.ends[n], (self.work[n] + length, tag))
+        self._next_end(n)
+
+    def end(self, n: int, now: float, seen: int) -> int | None:
+        """Node n's event at `now`: the tag of the match that ends, or None if the event
+        is stale (its rate changed since; a later one stands for it)."""
+        if seen != self.version[n]:
+            return None
+        self._advance(n, now)
+        _, tag = heapq.heappop(self.ends[n])
+        self._next_end(n)
+        return tag
+
+
+def shared_pipelined(
+    batches: list[list[float]], nodes: list[tuple[int, int]], pause: float, step: float, lag: int, share: float = 0.0
+) -> list[float]:
+    """pipelined() where a node's workers may outnumber its cores, shared as in
+    shared_first_free: when each batch's update is done. The matches go in order, batch
+    by batch, each to the first free worker once its batch may start (pipelined's rule
+    for `lag` and `share`); workers that wait for a batch take its matches node after
+    node when it may start."""
+    events: list[tuple[float, int, int]] = []  # (time, node, its version); node -1: a batch may start
+    cluster = _SharedNodes(nodes, events)
+    todo = deque((k, i < round(share * len(ds)), d + pause) for k, ds in enumerate(batches) for i, d in enumerate(ds))
+    left = [len(durations) for durations in batches]  # each batch's matches not yet over
+    ended = [0.0] * len(batches)  # when each batch's last match ended
+    done: list[float] = []  # when each update was done, in order (they come one after another)
+
+    def may_start(now: float) -> bool:
+        k, early = todo[0][:2]
+        before = k - 2 if early else k - 1 - lag
+        return before < 0 or (before < len(done) and done[before] <= now)
+
+    def fill(now: float) -> None:
+        for n in range(len(nodes)):
+            taken: list[tuple[float, int]] = []
+            while todo and len(taken) < cluster.free(n) and may_start(now):
+                k, _, length = todo.popleft()
+                taken.append((length, k))
+            if taken:
+                cluster.start(n, now, taken)
+
+    fill(0.0)
+    while events:
+        now, n, seen = heapq.heappop(events)
+        k = cluster.end(n, now, seen) if n >= 0 else None
+        if k is not None:
+            left[k] -= 1
+            ended[k] = max(ended[k], now)
+            while len(done) < len(batches) and left[len(done)] == 0:
+                done.append(max(ended[len(done)], done[-1] if done else 0.0) + step)
+                heapq.heappush(events, (done[-1], -1, 0))
+        fill(now)
+    return done

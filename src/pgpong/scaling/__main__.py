@@ -2,7 +2,7 @@
 measured on this project's machine (docs/SCALING.md says how): its tables, as Markdown.
 
     python -m pgpong.scaling [--phase late] [--workers-per-cpu N|auto]
-    python -m pgpong.scaling --lag 1 | --lag-share S
+    python -m pgpong.scaling --lag 1 | --lag-share S [--workers-per-cpu N|auto]
     python -m pgpong.scaling --learning RUN ... [--threshold R] [--workers-per-cpu N|auto]
 """
 
@@ -39,21 +39,27 @@ def model_table(c: Constants, per_cpu: float | str = 1.0, rows: list[tuple[int, 
     return "\n".join(lines) + "\n"
 
 
-def lag_table(c: Constants, lag: int, share: float = 0.0) -> str:
-    """The model's seconds per update without a lag and with `lag` (or a lag `share`),
-    as a Markdown table."""
+def lag_table(
+    c: Constants, lag: int, share: float = 0.0, per_cpu: float | str = 1.0, rows: list[tuple[int, int, int]] = SCENARIOS
+) -> str:
+    """The model's seconds per update without a lag and with `lag` (or a lag `share`)
+    for `rows` as model_table's, at `per_cpu` workers a CPU (auto: what it picks for
+    each row), as a Markdown table."""
     name = f"lag {lag}" if lag else f"lag share {share:g}"
     lines = [
         f"| batch | nodes x CPUs | lag 0 | {name} | {name} over the best whole-match schedule"
         f" | {name} over the work per worker |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for batch, nodes, cpus in SCENARIOS:
-        now = predict_lag(batch, nodes, cpus, c, 0)
-        lagged = predict_lag(batch, nodes, cpus, c, lag, share=share)
+    for batch, nodes, cpus in rows:
+        each = per_cpu_for(per_cpu, batch, [cpus] * nodes)
+        now = predict_lag(batch, nodes, cpus, c, 0, per_cpu=each)
+        lagged = predict_lag(batch, nodes, cpus, c, lag, share=share, per_cpu=each)
+        shown = f" ({lagged['workers']:,.0f} workers, {each:.3g} a CPU)" if per_cpu != 1 else ""
         lines.append(
-            f"| {batch:,} | {nodes}x{cpus} | {now['seconds_per_update']:.2f} s | {lagged['seconds_per_update']:.2f} s"
-            f" | {lagged['of_best_whole_matches']:.2f} | {lagged['of_work_per_worker']:.2f} |"
+            f"| {batch:,} | {nodes}x{cpus}{shown} | {now['seconds_per_update']:.2f} s"
+            f" | {lagged['seconds_per_update']:.2f} s | {lagged['of_best_whole_matches']:.2f}"
+            f" | {lagged['of_work_per_worker']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         default=1.0,
         metavar="N|auto",
         help=f"the table (or --learning's projections) at N workers a CPU, as train's flag: {AUTO} (what it "
-        f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1); not with --lag or --lag-share",
+        f"picks for each row or batch), or 1 to {MAX_WORKERS_PER_CPU:g} (default: 1)",
     )
     instead.add_argument(
         "--lag-share",
@@ -98,8 +104,6 @@ def main(argv: list[str] | None = None) -> None:
     per_cpu = args.workers_per_cpu
     if not per_cpu_valid(per_cpu):
         parser.error(f"--workers-per-cpu {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}")
-    if per_cpu != 1 and (args.lag or args.lag_share):
-        parser.error("--workers-per-cpu is modelled without --lag or --lag-share")
     if args.learning:
         if not -21 <= args.threshold <= 21:
             parser.error(f"--threshold must be a running reward in [-21, 21], got {args.threshold:g}")
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
         parser.error(f"--lag-share must be in (0, 1], got {args.lag_share:g}")
     if args.lag or args.lag_share:
-        print(lag_table(c, args.lag or 0, args.lag_share or 0.0), end="")
+        print(lag_table(c, args.lag or 0, args.lag_share or 0.0, per_cpu), end="")
         return
     print(model_table(c, per_cpu), end="")
 

@@ -49,11 +49,9 @@ def project(
     """Minutes to reach `threshold` running reward if the run's updates (its own batch
     sizes and mean match lengths, batch by batch) took the model's seconds per update
     on nodes x cpus, with the run's `lag` or lag `share` (batches overlapping,
-    predict_lag's steady pace), or at `per_cpu` workers a CPU (auto: what it picks for
-    each batch; not modelled with a lag); None if the run never reached it. Match
-    lengths within a batch spread as the phase's bank does around the batch's mean."""
-    if per_cpu != 1 and (lag or share):
-        raise ValueError("workers sharing a node's cores are not modelled with --lag or --lag-share")
+    predict_lag's steady pace), at `per_cpu` workers a CPU (auto: what it picks for
+    each batch); None if the run never reached it. Match lengths within a batch spread
+    as the phase's bank does around the batch's mean."""
     seconds, cache = 0.0, {}
     for row in rows:
         batch, mean_len = int(row["batch_episodes"]), row["episode_len_mean"]
@@ -64,10 +62,10 @@ def project(
             bank = np.asarray(c.lengths, dtype=float)
             lengths = tuple(int(x) for x in np.maximum(1, bank / bank.mean() * key[1]))
             shaped = Constants(**{**c.__dict__, "lengths": lengths})
+            each = per_cpu_for(per_cpu, batch, [cpus] * nodes)
             if lag or share:
-                found = predict_lag(batch, nodes, cpus, shaped, lag, share=share)
+                found = predict_lag(batch, nodes, cpus, shaped, lag, share=share, per_cpu=each)
             else:
-                each = per_cpu_for(per_cpu, batch, [cpus] * nodes)
                 found = predict(batch, nodes, cpus, shaped, 30, per_cpu=each)
             cache[key] = found["seconds_per_update"]
         seconds += cache[key]
@@ -174,9 +172,6 @@ def learning_table(paths: list[str], threshold: float = 0.0, per_cpu: float | st
         cells = [f"{reached['wall_s'] / 60:.1f} ({workers or 'one process'})"]
         lagged = (config.lag, config.lag_share) if config else (0, 0.0)
         for cores, (nodes, cpus) in CORES.items():
-            if per_cpu != 1 and any(lagged):
-                cells.append("-")  # not modelled
-                continue
             found = project(rows, nodes, cpus, threshold, *lagged, per_cpu=per_cpu)
             assert found is not None
             runs[str(cores)].append(found["minutes"])

@@ -46,6 +46,7 @@ from pgpong.placement import (
     pipelined,
     requests,
     shared_first_free,
+    shared_pipelined,
     shares,
 )
 
@@ -147,30 +148,43 @@ def predict(
 
 
 def predict_lag(
-    batch: int, nodes: int, cpus: int, c: Constants, lag: int, batches: int = 40, share: float = 0.0
+    batch: int,
+    nodes: int,
+    cpus: int,
+    c: Constants,
+    lag: int,
+    batches: int = 40,
+    share: float = 0.0,
+    per_cpu: float = 1.0,
 ) -> dict[str, float]:
     """Seconds per update in a steady run of `batches` updates (the first quarter
     left out) when batch k may start once update k - 1 - lag is done; lag 0 gives
     predict()'s figure, lag 1 what `--lag 1` gives once the pools overlap batches,
     lag 0 with a `share` what `--lag-share` gives (the batch's first matches may start
-    once update k - 2 is). Against one batch's work shared evenly over the workers
+    once update k - 2 is); with `per_cpu` workers a CPU, a node's matches share its
+    cores, as in predict(). Against one batch's work shared evenly over the CPUs
     (with batches overlapping, the longest match no longer bounds an update) and its
-    best whole-match schedule."""
+    best whole-match schedule at one worker a CPU."""
     rng = np.random.default_rng(0)
-    workers = nodes * cpus
+    workers, each = nodes * cpus, node_workers(cpus, per_cpu)
+    counts = shares(cluster_workers([cpus] * nodes, per_cpu, batch), [each] * nodes)  # as open_pool starts them
     pause = c.ray_s_per_match + (c.queue_s if nodes > 1 else 0.0)
     step = c.overhead_s + c.overhead_s_per_node * (nodes if nodes > 1 else 0)
     drawn = [list(rng.choice(c.lengths, size=batch) / c.steps_per_s_per_core) for _ in range(batches)]
-    done = pipelined(drawn, workers, pause, step, lag, share)
+    if each > cpus:
+        done = shared_pipelined(drawn, [(count, cpus) for count in counts], pause, step, lag, share)
+    else:
+        done = pipelined(drawn, workers, pause, step, lag, share)
     first = batches // 4
     seconds = (done[-1] - done[first - 1]) / (batches - first)
-    sizes = leader_sizes([cpus] * nodes)
+    sizes = leader_sizes(counts)
     asked = statistics.median(requests(d, sizes, c.ray_s_per_match, c.queue_s) for d in drawn)
     driver_ms, queue_ms = cpu_ms(batch, nodes, len(sizes), seconds, c, asked)
     seconds = max(seconds, driver_ms / 1e3, queue_ms / 1e3)
     shared = statistics.median(sum(d) / workers for d in drawn)  # the bound once batches overlap
     best = statistics.median(best_whole_matches(d, workers) for d in drawn)
     return {
+        "workers": sum(counts),
         "seconds_per_update": seconds,
         "work_per_worker_s": shared,
         "of_work_per_worker": seconds / shared,
