@@ -539,3 +539,52 @@ def test_a_reader_that_goes_away_stops_pgpong_quietly(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 141, err
     assert err == ""
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_quietly():
+    """Ctrl-C before main() has its handler (numpy and the commands' modules take most of
+    a second to load): the `pgpong` command's entry ends with 130 and one line, no
+    traceback. The interrupt is raised by the import of pgpong.cli itself, so the test
+    does not depend on timing."""
+    interrupting = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pgpong.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from pgpong.__main__ import entry\n"
+        "sys.exit(entry())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", interrupting, "train"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == "" and proc.stderr == "\npgpong: interrupted\n", proc.stderr
+
+
+def test_empty_and_overlong_paths_and_too_many_units_are_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """Every path argument refuses an empty one (not taken for here: `plot ''` in a run
+    directory drew it), a name longer than the system takes is one line wherever it is
+    first looked at, and --units beyond the network's hidden units is refused."""
+    from pgpong.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 300
+    for given, says in [
+        (["play", ""], "argument CHECKPOINT: an empty path"),
+        (["plot", ""], "argument RUN_DIR: an empty path"),
+        (["plot", "r", "--output", ""], "argument --output: an empty path"),
+        (["weights", ""], "argument CHECKPOINT: an empty path"),
+        (["study", "s", "--root", ""], "argument --root: an empty path"),
+        (["plot", long], f"{long[:40]}... (300 characters): a file name longer than this system takes"),
+        (["weights", long], "(300 characters): a file name longer than this system takes"),
+        (["weights", "--units", "201", "--output", "w.png"], "--units must be at most the network's 200 hidden units"),
+    ]:
+        status: int | str | None
+        try:
+            status = main(given)
+        except SystemExit as stopped:  # argparse's mistakes
+            status = stopped.code
+        out, err = capsys.readouterr()
+        assert status == 2 and out == "", (given, out, err)
+        [line] = err.strip().splitlines()
+        assert says in line, (given, line)
+    assert list(tmp_path.iterdir()) == []

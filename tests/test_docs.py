@@ -52,6 +52,9 @@ def expected_default(field: dataclasses.Field) -> str:
         return field.metadata["shown"]
     if isinstance(field.default, tuple):
         return ",".join(map(str, field.default))
+    if isinstance(field.default, float) and field.metadata.get("shown"):  # a whole number said as one
+        assert float(field.metadata["shown"]) == field.default, field.name
+        return field.metadata["shown"]
     return str(field.default)
 
 

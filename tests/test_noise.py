@@ -35,11 +35,19 @@ def test_pure_noise_has_no_finite_scale_and_real_matches_give_numbers():
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from pgpong.checkpoint import TrainingState, save_checkpoint
     from pgpong.noise import main
 
     damaged = tmp_path / "ckpt-000001.npz"
     damaged.write_bytes(b"PK\x03\x04 not really a zip archive")
+    weights = Params.initial(4, 0)
+    other = TrainingState(weights, weights.zeros_like(), info={"env_id": "ALE/Breakout-v5"})
+    breakout = save_checkpoint(other, tmp_path / "breakout")
+    unknown = save_checkpoint(TrainingState(weights, weights.zeros_like(), info={"env_id": "x" * 500}), tmp_path / "x")
     for given, says in [
+        ([str(breakout)], "environment id 'ALE/Breakout-v5' is not Pong"),  # the checkpoint's id, checked too
+        ([str(unknown)], "unknown environment id 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (500 characters)"),
+        ([""], "argument checkpoints: an empty path"),
         ([str(tmp_path / "nowhere.npz")], "nowhere.npz: no such file or directory"),
         ([str(damaged)], "ckpt-000001.npz: not a .npz archive, or truncated or damaged"),
         ([str(tmp_path)], "ckpt-000001.npz: not a .npz archive"),  # a run directory: its newest checkpoint

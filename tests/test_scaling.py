@@ -120,11 +120,18 @@ def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
     foreign.write_text("step,loss\n1,0.5\n")
     empty = tmp_path / "empty.csv"
     empty.write_text("")
+    damaged = tmp_path / "damaged.csv"  # a run's columns, and a value no run writes on its second row
+    head = "batch,episodes,env_steps,wall_s,running_reward,episode_len_mean,batch_episodes,workers\n"
+    damaged.write_text(head + "1,10,10000,1.0,-20.5,1000,10,2\n2,20,nan,2.0,-20.4,1000,10,2\n")
     for given, says in [
         (["--learning", str(tmp_path / "nowhere")], "no progress file"),
         (["--learning", str(foreign)], "is not a pgpong progress file (no batch_episodes"),
         (["--learning", str(empty)], "is not a pgpong progress file"),
         (["--learning", str(foreign), "--threshold", "nan"], "--threshold must be a running reward in [-21, 21]"),
+        (["--threshold", "5"], "--threshold is the running reward --learning's runs reach: give it with --learning"),
+        (["--learning", str(foreign), "--phase", "late"], "--phase is the model's: --learning takes each update's"),
+        (["--learning", ""], "argument --learning: an empty path"),
+        (["--learning", str(damaged)], "line 3 holds a value no run writes (not finite, or beyond 1e15)"),
         (["--learning", str(foreign), "--lag", "1"], "argument --lag: not allowed with argument --learning"),
         (["--lag", "1", "--lag-share", "0.5"], "argument --lag-share: not allowed with argument --lag"),
         (["--lag-share", "1.5"], "--lag-share must be in (0, 1], got 1.5"),

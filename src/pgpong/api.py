@@ -389,6 +389,8 @@ def plot_weights(
     else:
         policy = load_policy(_path(agent, "agent", "an Agent, a Run, a path or None"))
         weights, named = policy.weights, described(Path(policy.source)) if agent is not None else "the shipped agent"
+    hidden = weights.W1.shape[0]
+    check(units is None or units <= hidden, f"--units must be at most the network's {hidden} hidden units, got {units}")
     figure = weights_figure(weights, title or named, units, zoom)
     if png is not None:
         save_figure(figure, png, dpi=100)

@@ -183,11 +183,11 @@ class TrainConfig:
     )
     workers_per_cpu: float | str = setting(
         1.0,
-        "rollout workers per CPU of each Ray node (1-4; 250-350 MB each): above 1 the OS shares a node's cores "
-        "among more workers, so a batch larger than the CPUs starts all at once if N >= batch/CPUs (no more start "
-        "than it has matches); auto: just that many, if 4 or fewer, else 1 (the model: batch 300 on 11x18, 0.93 / "
-        "1.07 of the best whole-match schedule early / late, against 1.18 / 1.33 at 1; docs/SCALING.md)",
+        "rollout workers per CPU of each Ray node, 1-4 (250-350 MB each), or auto: above 1 the OS shares a node's "
+        "cores among more workers, so that a batch larger than the CPUs starts all at once; auto takes just enough "
+        "for that if 4 or fewer do, else 1 (the model: batch 300 on 11x18 in 0.8 of the time at 1; docs/SCALING.md)",
         learning=False,
+        shown="1",
         metavar="N|auto",
         parse=per_cpu_value,
     )

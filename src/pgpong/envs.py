@@ -30,12 +30,15 @@ def _register() -> None:
 def check_env_id(env_id: str) -> None:
     """Raise UnknownEnvironment with a helpful message if env_id cannot be made."""
     _register()
+    pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
+    if len(env_id) > 100:  # (no id is so long: a damaged file's, not to be echoed whole)
+        raise UnknownEnvironment(
+            f"unknown environment id {env_id[:40]!r}... ({len(env_id):,} characters); Pong ids: {', '.join(pong)}"
+        )
     try:
         spec = gym.spec(env_id)
     except gym.error.Error as exc:
-        pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
         raise UnknownEnvironment(f"unknown environment id {env_id!r} ({exc}); Pong ids: {', '.join(pong)}") from None
-    pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
     if "ale_py" not in str(spec.entry_point) or spec.kwargs.get("obs_type", "rgb") != "rgb":
         raise UnknownEnvironment(
             f"environment id {env_id!r} is not an RGB Atari (ALE) environment; Pong ids: {', '.join(pong)}"

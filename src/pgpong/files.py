@@ -1,14 +1,23 @@
 """Files and names from outside: a file opened only if it is a regular one (a pipe or a
-device is refused before it is read), and the name nearest a mistyped one."""
+device is refused before it is read), a path given on a command line, and the name
+nearest a mistyped one."""
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import itertools
 import os
 import stat
 from pathlib import Path
 from typing import IO, Any
+
+
+def given_path(text: str) -> Path:
+    """A path argument's value (argparse's type): an empty one is a mistake, not the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
 
 
 def open_regular(path: Path, binary: bool = False) -> IO[Any]:

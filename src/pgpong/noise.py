@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from pgpong.checkpoint import CheckpointError
+from pgpong.envs import UnknownEnvironment, check_env_id
 from pgpong.errors import OneLineParser
+from pgpong.files import given_path
 from pgpong.policy import Params
 
 
@@ -73,10 +75,11 @@ def measure(path: Path | None, matches: int, seed: int, max_episode_steps: int |
         policy = Policy(Params.initial(200, 0), "initial weights (H=200, seed 0)")
     else:
         policy = load_policy(path)
+    env_id = policy.env_id or "ALE/Pong-v5"
+    check_env_id(env_id)  # (the checkpoint's, from outside)
     steps: list[int] = []
 
     def grads():
-        env_id = policy.env_id or "ALE/Pong-v5"
         for grad, length in per_match_gradients(policy.weights, matches, seed, env_id, max_episode_steps):
             steps.append(length)
             yield grad
@@ -97,12 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "checkpoints",
         nargs="*",
-        type=Path,
+        type=given_path,
         help="checkpoints, run directories, or 'initial' for new weights (default: the shipped agent)",
     )
-    parser.add_argument("--matches", type=int, default=40, help="matches per policy (default: 40)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the matches, in [0, 2**32) (default: 0)")
-    parser.add_argument("--max-episode-steps", type=int, default=None, metavar="N", help="cut matches at N steps")
+    parser.add_argument("--matches", type=int, default=40, metavar="N", help="matches per policy (default: 40)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the matches, in [0, 2**32) (default: 0)"
+    )
+    parser.add_argument(
+        "--max-episode-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut matches at N steps (default: full matches)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     if args.matches < 2:
@@ -113,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
     try:
         rows = [measure(p, args.matches, args.seed, args.max_episode_steps) for p in (args.checkpoints or [None])]
-    except (OSError, CheckpointError) as exc:  # a missing, unreadable or damaged checkpoint
+    except (OSError, CheckpointError, UnknownEnvironment) as exc:  # a missing or damaged checkpoint, or its env
         parser.error(str(exc))
     except KeyboardInterrupt:
         parser.exit(130, "python -m pgpong.noise: stopped (Ctrl-C); nothing measured is printed\n")

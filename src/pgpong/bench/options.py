@@ -115,6 +115,7 @@ class BenchOptions:
         "with --simulate: rollout workers a CPU of each simulated node, as train's --workers-per-cpu (auto: for "
         "the largest batch); above 1 a process's simulated matches share the CPUs it holds (each of k on c CPUs at "
         "min(1, c/k) of the pace)",
+        shown="1",
         metavar="N|auto",
         parse=per_cpu_value,
     )
@@ -183,6 +184,10 @@ class BenchOptions:
                 getattr(self, name) == getattr(BenchOptions, name) or self.simulate is not None,  # (its default)
                 f"--{name.replace('_', '-')} sets the simulated matches' bank: it needs --simulate",
             )
+        check(
+            isinstance(self.bank_policy, str) and self.bank_policy.strip() != "",
+            "--bank-policy must be new, shipped, or a checkpoint or run directory, got an empty one",
+        )
         for name in ("ceiling_seconds", "original_seconds"):
             value = getattr(self, name)
             check(

@@ -315,9 +315,13 @@ def bank_policy(opts: BenchOptions) -> tuple[Params, str]:
     hidden = TrainConfig().hidden  # what bench's trainer sums and steps
     if opts.bank_policy == "new":
         return Params.initial(hidden, opts.seed), f"a new policy (seed {opts.seed})"
+    from pgpong.checkpoint import CheckpointError
     from pgpong.evaluate import load_policy
 
-    policy = load_policy(None if opts.bank_policy == "shipped" else Path(opts.bank_policy))
+    try:
+        policy = load_policy(None if opts.bank_policy == "shipped" else Path(opts.bank_policy))
+    except CheckpointError as exc:
+        raise CheckpointError(f"--bank-policy: {exc} (give new, shipped, or a checkpoint or run directory)") from None
     if policy.weights.W1.shape[0] != hidden:
         raise ConfigError(
             f"--bank-policy {opts.bank_policy}: its network has {policy.weights.W1.shape[0]} hidden units; "

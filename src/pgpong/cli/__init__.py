@@ -4,6 +4,7 @@ builds the parser and runs a command; each command lives in a module of its own
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -50,8 +51,8 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Only light modules are imported above, so that Ctrl-C at any moment after
-    # start-up ends here, not in a traceback.
+    # Ctrl-C from here on ends below, not in a traceback; while this module and its
+    # imports load (numpy among them), pgpong.__main__.entry takes it.
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
         try:
@@ -87,6 +88,12 @@ def _run(argv: Sequence[str] | None) -> int:
         return COMMANDS[args.command](args)
     except bad_input() as exc:
         return fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:  # a path given longer than the system takes, wherever it is first looked at
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        name = str(exc.filename)
+        shown = f"{name[:40]}... ({len(name):,} characters)" if len(name) > 60 else name
+        return fail(f"{shown}: a file name longer than this system takes", EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -39,13 +39,6 @@ def raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
-def given_path(text: str) -> Path:
-    """A path flag's value: an empty one is a mistake, not the current directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path")
-    return Path(text)
-
-
 class Parser(OneLineParser):
     command_parsers: Mapping[str, argparse.ArgumentParser]  # (pgpong's own: its commands' parsers, by name)
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from pgpong.config import ConfigError, check
+from pgpong.files import given_path
 
 
 def add_parsers(sub) -> None:
@@ -17,11 +18,11 @@ def add_parsers(sub) -> None:
         "of one or more runs, and their env steps per second, from their progress.csv.",
     )
     plot.add_argument(
-        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (several are overlaid)"
+        "run_dirs", nargs="+", type=given_path, metavar="RUN_DIR", help="run directories (several are overlaid)"
     )
     plot.add_argument(
         "--output",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="FILE",
         help="the PNG to write (default: RUN_DIR/learning.png for one run, STUDY/curves.png with --by setting; "
@@ -49,14 +50,14 @@ def add_parsers(sub) -> None:
     weights.add_argument(
         "checkpoint",
         nargs="?",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="CHECKPOINT",
         help="a checkpoint file, a run directory or a .npz with W1 and W2 (default: the shipped agent)",
     )
     weights.add_argument(
         "--output",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="FILE",
         help="the PNG to write (default: RUN_DIR/weights.png for a run directory, else weights.png)",

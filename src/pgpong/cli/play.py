@@ -6,7 +6,6 @@ import argparse
 import json
 import signal
 import sys
-from pathlib import Path
 
 from pgpong.cli.common import (
     EXIT_BAD_INPUT,
@@ -19,6 +18,7 @@ from pgpong.cli.common import (
 )
 from pgpong.config import add_flags, given
 from pgpong.evaluate import PlayOptions
+from pgpong.files import given_path
 
 
 def add_parser(sub) -> None:
@@ -37,7 +37,7 @@ def _add_play_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "checkpoint",
         nargs="?",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="CHECKPOINT",
         help="a checkpoint file, a run directory (its newest good checkpoint), or any .npz "

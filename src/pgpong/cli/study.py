@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-from pathlib import Path
 
 from pgpong.cli.common import (
     EXIT_BAD_INPUT,
@@ -21,6 +20,7 @@ from pgpong.cli.common import (
 )
 from pgpong.config import ConfigError, address_text, check
 from pgpong.console import fitted
+from pgpong.files import given_path
 
 
 def add_parser(sub) -> None:
@@ -29,9 +29,10 @@ def add_parser(sub) -> None:
         "study",
         help="train a grid of settings x seeds in parallel on Ray Tune, and report",
         description="Train every combination of the --grid values with every seed, each an ordinary pgpong "
-        "run directory under runs/studies/NAME/trials/, in parallel on Ray Tune (one CPU per trial), until "
-        "a stop. Running the same command again continues an unfinished study; --report prints the table "
-        "of matches, env steps and minutes to each running reward, from the run directories alone.",
+        "run directory under runs/studies/NAME/trials/, in parallel on Ray Tune (one CPU per trial, or "
+        "--workers-per-trial), until a stop. Running the same command again continues an unfinished study; "
+        "--report prints the table of matches, env steps and minutes to each running reward, from the run "
+        "directories alone.",
         epilog="example: pgpong study batch --grid batch-size=10,60 --seeds 0,1,2 "
         "--until running_reward=0 --max-env-steps 7M (each batch size with the batch rule's lr and decay)",
     )
@@ -75,7 +76,9 @@ def _add_study_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", type=address_text, default=None, help="an existing Ray cluster (default: $RAY_ADDRESS, else local)"
     )
-    p.add_argument("--root", type=Path, default=None, metavar="DIR", help="where studies live (default: runs/studies)")
+    p.add_argument(
+        "--root", type=given_path, default=None, metavar="DIR", help="where studies live (default: runs/studies)"
+    )
     p.add_argument(
         "--report", action="store_true", help="print the study's table from its run directories; train nothing"
     )

@@ -16,7 +16,6 @@ from pgpong.cli.common import (
     Terminated,
     bad_input,
     fail,
-    given_path,
     note,
     pgpong_command,
     resume_command,
@@ -24,6 +23,7 @@ from pgpong.cli.common import (
 )
 from pgpong.config import AS_IN_2016, TrainConfig, add_flags, address_text, given
 from pgpong.console import fitted
+from pgpong.files import given_path
 
 BLAS_NOTE = """\
 BLAS threads: each rollout worker is pinned to one BLAS/OpenMP thread (threadpoolctl

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pgpong.config import PER_CPU_RANGE, per_cpu_text, per_cpu_valid, per_cpu_value
 from pgpong.errors import OneLineParser
+from pgpong.files import given_path
 from pgpong.placement import AUTO, MAX_WORKERS_PER_CPU, per_cpu_for
 from pgpong.scaling.learning import learning_table
 from pgpong.scaling.model import PHASES, SCENARIOS, Constants, predict, predict_lag
@@ -66,17 +67,25 @@ def lag_table(
 
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phase", choices=sorted(PHASES), default="early", help="early or late in training")
+    parser.add_argument(
+        "--phase",
+        choices=sorted(PHASES),
+        help="the matches early or late in training (default: early); not with --learning",
+    )
     instead = parser.add_mutually_exclusive_group()  # three other tables
     instead.add_argument(
         "--learning",
         nargs="+",
+        type=given_path,
         metavar="RUN",
         help="instead: minutes to running reward --threshold of these runs (progress.csv files, run directories, "
         "a directory of them, or a study's directory), measured and projected by cores",
     )
     parser.add_argument(
-        "--threshold", type=float, default=0.0, help="with --learning: a running reward in [-21, 21] (default: 0)"
+        "--threshold",
+        type=float,
+        metavar="R",
+        help="with --learning: the running reward to reach, in [-21, 21] (default: 0)",
     )
     instead.add_argument(
         "--lag",
@@ -104,15 +113,20 @@ def main(argv: list[str] | None = None) -> None:
     per_cpu = args.workers_per_cpu
     if not per_cpu_valid(per_cpu):
         parser.error(f"--workers-per-cpu {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}")
+    if not args.learning and args.threshold is not None:
+        parser.error("--threshold is the running reward --learning's runs reach: give it with --learning")
     if args.learning:
-        if not -21 <= args.threshold <= 21:
-            parser.error(f"--threshold must be a running reward in [-21, 21], got {args.threshold:g}")
+        threshold = 0.0 if args.threshold is None else args.threshold
+        if args.phase is not None:
+            parser.error("--phase is the model's: --learning takes each update's phase from the run's reward")
+        if not -21 <= threshold <= 21:
+            parser.error(f"--threshold must be a running reward in [-21, 21], got {threshold:g}")
         try:
-            print(learning_table(args.learning, args.threshold, per_cpu), end="")
+            print(learning_table([str(path) for path in args.learning], threshold, per_cpu), end="")
         except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
             parser.error(str(exc))
         return
-    c = PHASES[args.phase]
+    c = PHASES[args.phase or "early"]
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
         parser.error(f"--lag-share must be in (0, 1], got {args.lag_share:g}")
     if args.lag or args.lag_share:

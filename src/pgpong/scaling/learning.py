@@ -27,11 +27,17 @@ def learning_curve(path: str) -> list[dict[str, float]]:
             lacking = sorted(PROGRESS_COLUMNS - set(reader.fieldnames or ()))
             if lacking:
                 raise ValueError(f"{path} is not a pgpong progress file (no {', '.join(lacking)} column)")
-            for row in reader:
+            for line, row in enumerate(reader, start=2):
                 try:
-                    rows.append({k: float(v) for k, v in row.items() if k})
+                    values = {k: float(v) for k, v in row.items() if k}
                 except (TypeError, ValueError):
-                    break
+                    break  # (a last line cut short)
+                if not all(abs(v) <= 1e15 for v in values.values()):  # (NaN too)
+                    raise ValueError(
+                        f"{path}: line {line} holds a value no run writes (not finite, or beyond 1e15); "
+                        "the file is damaged: correct or delete that line"
+                    )
+                rows.append(values)
         except (csv.Error, UnicodeDecodeError) as exc:
             raise ValueError(f"{path} is not a pgpong progress file ({exc})") from None
     return rows
