@@ -3,9 +3,9 @@
 Each error type stays in the module that raises it (ConfigError in config.py,
 CheckpointError in checkpoint.py, ...) and derives from PgpongError, so that a
 script or a notebook can catch them all with one `except pgpong.PgpongError`. This
-module imports nothing of pgpong, so every floor of the house may use it; nor does
-OneLineParser, the argument parser of every command line pgpong has (`pgpong`, and
-`python -m pgpong.scaling` and `pgpong.noise`), whose mistakes are one line too."""
+module imports nothing of pgpong, so every floor of the house may use it, and
+OneLineParser with it: the argument parser of every command line pgpong has (`pgpong`,
+`python -m pgpong.scaling`, `python -m pgpong.noise`), whose mistakes are one line too."""
 
 from __future__ import annotations
 
