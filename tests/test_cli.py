@@ -560,16 +560,22 @@ def test_ctrl_c_while_the_command_line_loads_ends_quietly():
     assert proc.returncode == 130 and proc.stdout == "" and proc.stderr == "\npgpong: interrupted\n", proc.stderr
 
 
-def test_empty_and_overlong_paths_and_too_many_units_are_refused_in_one_line(tmp_path, monkeypatch, capsys):
+def test_empty_and_overlong_paths_and_flags_that_would_do_nothing_are_refused_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
     """Every path argument refuses an empty one (not taken for here: `plot ''` in a run
     directory drew it), a name longer than the system takes is one line wherever it is
-    first looked at, and --units beyond the network's hidden units is refused."""
+    first looked at, --units beyond the network's hidden units is refused, and so are
+    play's recording flags without --record."""
     from pgpong.cli import main
 
     monkeypatch.chdir(tmp_path)
     long = "a" * 300
     for given, says in [
         (["play", ""], "argument CHECKPOINT: an empty path"),
+        (["play", "--record", ""], "argument --record: an empty path"),
+        (["play", "--fps", "30"], "--fps sets the recording: give --record FILE"),  # (was ignored)
+        (["play", "--episodes", "2", "--record-episodes", "2"], "--record-episodes sets the recording: give --record"),
         (["plot", ""], "argument RUN_DIR: an empty path"),
         (["plot", "r", "--output", ""], "argument --output: an empty path"),
         (["weights", ""], "argument CHECKPOINT: an empty path"),

@@ -271,9 +271,12 @@ def test_check_address_refuses(address):
 def test_a_host_that_cannot_be_a_name_is_named_and_real_ones_pass():
     from pgpong.cluster import parse_address
 
-    for bad in ("a..b:6379", "x" * 64 + ".lab:6379", ".:6379"):
+    for bad in ("a..b:6379", "x" * 64 + ".lab:6379", ".:6379", "a:b:6379", "a/b:6379"):
         with pytest.raises(ClusterError, match="is not a host name or IP address"):
             parse_address(bad)
+    for unbalanced in ("[::1", "[::1:6379", "::1]:6379", "[]:6379"):  # '[::1' was host ':' port 1
+        with pytest.raises(ClusterError, match="is not HOST:PORT"):
+            parse_address(unbalanced)
     for good, host in (("[::1]:6379", "::1"), ("head_node:6379", "head_node"), ("head.lab.:1", "head.lab."),
                        ("b\u00fccher.de:6379", "b\u00fccher.de"), ("x" * 63 + ":2", "x" * 63)):  # fmt: skip
         assert parse_address(good)[0] == host

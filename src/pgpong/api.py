@@ -269,6 +269,7 @@ def evaluate_agent(
         seed=seed,
         env_id=env_id,
         max_episode_steps=max_episode_steps,
+        record=None if record is None else Path(record),
         record_episodes=record_episodes,
         fps=fps,
     ).validate()

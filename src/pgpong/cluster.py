@@ -75,8 +75,9 @@ def parse_address(address: str) -> tuple[str, int]:
             "HOST:PORT (the port given to `ray start --head --port`, 6379 by default)"
         )
     host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdecimal():
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 1  # [IPv6]:PORT
+    host = host[1:-1] if bracketed else host
+    if not sep or not host or not port.isdecimal() or "[" in host or "]" in host:
         raise ClusterError(f"cluster address {address!r} is not HOST:PORT (e.g. 192.168.1.10:6379)")
     if not 1 <= int(port) <= 65535:
         raise ClusterError(f"cluster address {address!r}: port {port} is out of range (1-65535)")
@@ -93,6 +94,8 @@ def host_name_valid(host: str) -> bool:
         return True
     except ValueError:
         pass
+    if any(c in host for c in ":/@[] \t"):  # (an IPv6 address would have been one above)
+        return False
     try:
         host.encode("idna")
     except UnicodeError:

@@ -13,7 +13,7 @@ from typing import cast
 
 from pgpong.checkpoint import CheckpointError, list_checkpoints, read_weights
 from pgpong.config import TrainConfig, address_text, check, is_int, is_number, setting
-from pgpong.files import missing
+from pgpong.files import given_path, missing
 from pgpong.policy import Params
 from pgpong.pool import Pool
 from pgpong.record import MAX_FPS, MIN_FPS, fps_error
@@ -52,7 +52,7 @@ class PlayOptions:
         "record the first match to FILE (.mp4 or .gif): the game, and beside it the difference frame the network "
         "sees and its probability of moving up",
         metavar="FILE",
-        parse=Path,
+        parse=given_path,
         shown="none",
     )
     record_episodes: int = setting(
@@ -83,6 +83,12 @@ class PlayOptions:
         )
         check(self.fps is None or is_number(self.fps), f"--fps must be a number, got {self.fps!r}")
         check(self.fps is None or MIN_FPS <= self.fps <= MAX_FPS, fps_error(self.fps or 0))
+        for name, default in (("record_episodes", 1), ("fps", None)):  # nothing to film: not to be ignored
+            flag = "--" + name.replace("_", "-")
+            check(
+                self.record is not None or getattr(self, name) == default,
+                f"{flag} sets the recording: give --record FILE",
+            )
         return self
 
 
