@@ -574,6 +574,10 @@ def test_empty_and_overlong_paths_and_flags_that_would_do_nothing_are_refused_in
     for given, says in [
         (["play", ""], "argument CHECKPOINT: an empty path"),
         (["play", "--record", ""], "argument --record: an empty path"),
+        (
+            ["train", "--resume-from", "x.npz"],
+            "--resume-from FILE goes on with a run: give its directory with --run-dir",
+        ),
         (["play", "--fps", "30"], "--fps sets the recording: give --record FILE"),  # (was ignored)
         (["play", "--episodes", "2", "--record-episodes", "2"], "--record-episodes sets the recording: give --record"),
         (["plot", ""], "argument RUN_DIR: an empty path"),
@@ -594,3 +598,24 @@ def test_empty_and_overlong_paths_and_flags_that_would_do_nothing_are_refused_in
         [line] = err.strip().splitlines()
         assert says in line, (given, line)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--run-dir", "r"],
+        ["bench"],
+        ["study", "s", "--grid", "lr=1e-3", "--max-matches", "2"],
+        ["play", "--episodes", "1"],
+    ],
+)
+def test_a_mistake_in_ray_address_is_named_as_the_variable(tmp_path, monkeypatch, capsys, command):
+    from pgpong.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert main(command) == 2
+    out, err = capsys.readouterr()
+    [line] = err.strip().splitlines()
+    assert line.startswith("pgpong: error: $RAY_ADDRESS: cluster address 'auto' is not HOST:PORT"), line
+    assert line.endswith("(unset it for a local Ray instance)") and list(tmp_path.iterdir()) == []

@@ -117,7 +117,7 @@ class TrainConfig:
         metavar="RATE",
         aliases=("--lr",),
         shown=f"the batch rule: {rate_text(RULE_LEARNING_RATE)} up to batch {RULE_BATCH}, "
-        f"x sqrt(batch/{RULE_BATCH}) above (2 digits)",
+        f"x sqrt(batch/{RULE_BATCH}) above, to 2 significant digits",
     )
     warmup: str = setting(
         "off",

@@ -10,7 +10,7 @@ from contextlib import contextmanager, redirect_stdout
 from typing import TextIO
 
 from pgpong.bench.options import BenchOptions
-from pgpong.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT, fail
+from pgpong.cli.common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGINT, env_address, fail
 from pgpong.config import add_flags, given
 
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from pgpong.pool import PoolError
 
     flags = given(args, BenchOptions)
-    joins = os.environ.get("RAY_ADDRESS") if "simulate" not in flags else None  # (--simulate starts its own)
+    joins = env_address() if "simulate" not in flags and "address" not in flags else None  # (--simulate: its own)
     opts = BenchOptions(**{"address": joins or None, **flags}).validate()
     check_env_id(opts.env_id)
     with stdout_for_the_report(args.json) as out:

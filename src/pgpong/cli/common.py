@@ -4,6 +4,7 @@ how to name this pgpong in a hint."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,20 @@ def raise_terminated(signum, frame) -> None:
 
 class Parser(OneLineParser):
     command_parsers: Mapping[str, argparse.ArgumentParser]  # (pgpong's own: its commands' parsers, by name)
+
+
+def env_address() -> str | None:
+    """$RAY_ADDRESS, for a command given no --address; a mistake in it is named as the
+    variable's, not taken for a flag the user never typed."""
+    from pgpong.cluster import ClusterError, parse_address
+
+    text = os.environ.get("RAY_ADDRESS") or None
+    if text is not None:
+        try:
+            parse_address(text)
+        except ClusterError as exc:
+            raise ConfigError(f"$RAY_ADDRESS: {exc} (unset it for a local Ray instance)") from None
+    return text
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -13,6 +13,7 @@ from pgpong.cli.common import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     Terminated,
+    env_address,
     fail,
     terminated,
 )
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             workers=opts.workers,
             env_id=opts.env_id,
             max_episode_steps=opts.max_episode_steps,
-            address=opts.address,
+            address=opts.address or (env_address() if opts.workers != 0 else None),
             record=opts.record,
             record_episodes=opts.record_episodes,
             fps=opts.fps,

@@ -13,6 +13,7 @@ from pgpong.cli.common import (
     EXIT_FAILED,
     EXIT_SIGINT,
     EXIT_SIGTERM,
+    env_address,
     fail,
     raise_terminated,
     terminated,
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             "on a core)"
         )
         print(fitted(note, sys.stdout), flush=True)
-    return _run_study(found, args.address or os.environ.get("RAY_ADDRESS") or None, thresholds)
+    return _run_study(found, args.address or env_address(), thresholds)
 
 
 def _run_study(found, address: str | None, thresholds: tuple[float, ...]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import signal
 import sys
@@ -15,13 +14,14 @@ from pgpong.cli.common import (
     EXIT_SIGTERM,
     Terminated,
     bad_input,
+    env_address,
     fail,
     note,
     pgpong_command,
     resume_command,
     terminated,
 )
-from pgpong.config import AS_IN_2016, TrainConfig, add_flags, address_text, given
+from pgpong.config import AS_IN_2016, ConfigError, TrainConfig, add_flags, address_text, given
 from pgpong.console import fitted
 from pgpong.files import given_path
 
@@ -87,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
     settings = given(args, TrainConfig)
     if args.as_in_2016:
         settings = {**AS_IN_2016, **settings}
-    address = args.address or args.redis_address or os.environ.get("RAY_ADDRESS") or None
+    address = args.address or args.redis_address or (env_address() if settings.get("workers") != 0 else None)
     if args.redis_address and not args.address:
         note("--redis-address is the old name of --address")
 
+    if args.resume_from is not None and args.run_dir is None:  # (not the new directory that would be named)
+        raise ConfigError("--resume-from FILE goes on with a run: give its directory with --run-dir DIR")
     session = api.plan_training(settings, args.run_dir, args.resume_from, address, note)
     run, run_dir = session.run, session.directory
     if run.finished:
