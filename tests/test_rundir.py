@@ -1,6 +1,7 @@
 """The run directory: new or resumed, what may change on resume, what is checked before
 anything is written, and the files a run keeps (config.json, progress.csv, checkpoints)."""
 
+import csv
 import dataclasses
 import json
 import os
@@ -305,6 +306,34 @@ def test_a_progress_row_cut_by_a_power_loss_is_dropped_on_resume(tmp_path):
     again = open_run(tmp_path / "r", {"iterations": 2})
     create_run_files(again, {})
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
+
+
+@pytest.mark.parametrize("column, value", [("env_steps", "nan"), ("wall_s", "-3"), ("running_reward", "1e400")])
+def test_a_kept_progress_row_with_a_value_no_run_writes_is_refused_on_resume(tmp_path, column, value):
+    """A row before the checkpoint (kept on resume) damaged by hand: the resume is refused
+    naming the batch, the column and the value, and the file is left as it was; the
+    diagnostics, which an older pgpong's rows hold as nan, are not checked."""
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 2})
+    train_on(run, ScriptedPool([-21.0] * 4))
+    rows = read_progress(run.progress_path)
+    rows[0][column] = value
+    rows[1]["entropy"] = "nan"
+    with open(run.progress_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    damaged = run.progress_path.read_text()
+    again = open_run(tmp_path / "r", {"iterations": 3})
+    with pytest.raises(ConfigError, match=f"batch 1's row holds {column}: {value}, not a value a run writes"):
+        create_run_files(again, {})
+    assert run.progress_path.read_text() == damaged
+    rows[0][column] = "1"  # mended, as the message asks
+    with open(run.progress_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    create_run_files(open_run(tmp_path / "r", {"iterations": 3}), {})
+    assert [r["batch"] for r in read_progress(run.progress_path)] == ["1", "2"]
 
 
 def lose_the_last_row(run_dir):

@@ -19,6 +19,7 @@ from pgpong.errors import PgpongError
 from pgpong.files import missing, open_regular
 from pgpong.frames import SIDE
 from pgpong.policy import Params
+from pgpong.runlog import COUNTED, MAX_VALUE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,10 +41,8 @@ NEEDED = (
     "steps_per_s",
 )
 MAX_PROGRESS_BYTES = 512 * 2**20
-# No run comes near this in any drawn column (1e15 env steps: 30 years at a million a
-# second); a value past it, inf or nan is damage, and matplotlib's axes overflow on it.
-MAX_VALUE = 1e15
-NOT_NEGATIVE = ("batch", "episodes", "env_steps", "wall_s", "steps_per_s")
+# (a value past MAX_VALUE, inf or nan is damage, and matplotlib's axes overflow on it)
+NOT_NEGATIVE = (*COUNTED, "steps_per_s")
 MAX_BANDS = 3  # runs drawn with their batch scores; more get the running reward only
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from pgpong.config import ConfigError
 from pgpong.console import LiveLine, fitted, terminal_width
 from pgpong.files import open_regular
 
@@ -104,6 +105,23 @@ class BatchRow:
 
 COLUMNS = [f.name for f in fields(BatchRow)]
 DIAGNOSTICS = COLUMNS[COLUMNS.index("entropy") :]  # progress.csv's last columns, TensorBoard's diagnostics/
+# No run comes near this in any column (1e15 env steps: 30 years at a million a second);
+# a value past it, inf or nan where every pgpong writes a number, is damage.
+MAX_VALUE = 1e15
+COUNTED = ("batch", "episodes", "env_steps", "wall_s")  # never negative, in every progress.csv
+
+
+def damage(row: dict[str, str]) -> str | None:
+    """What is wrong with a complete row of progress.csv in the columns every pgpong has
+    written (`column: value`), or None."""
+    for name in (*COUNTED, "running_reward"):
+        try:
+            value = float(row[name])
+        except (KeyError, TypeError, ValueError):
+            return f"{name}: {row.get(name)!r}"
+        if not (abs(value) <= MAX_VALUE and (value >= 0 or name not in COUNTED)):
+            return f"{name}: {row[name].strip()}"
+    return None
 
 
 class Output(Protocol):
@@ -144,6 +162,13 @@ class ProgressCsv(_Quiet):
         """Keep only rows up to `last_batch`: a run resumed from a checkpoint replays the
         rest. A last row cut short by a crash goes too."""
         rows = [r for r in read_progress(self.path) if (b := _batch_of(r)) is not None and b <= last_batch]
+        for row in rows:  # kept: a resumed run's curves and projections rest on them
+            wrong = damage(row)
+            if wrong is not None:
+                raise ConfigError(
+                    f"{self.path}: batch {row['batch'].strip()}'s row holds {wrong}, not a value a run writes; "
+                    "the file is damaged: correct or delete that line, and resume again"
+                )
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="") as f:
             # (a column an older pgpong did not write gets "nan", before rows with every column follow)

@@ -11,6 +11,7 @@ import numpy as np
 
 from pgpong.config import ConfigError, TrainConfig, load_config, per_cpu_text
 from pgpong.placement import per_cpu_for
+from pgpong.runlog import MAX_VALUE
 from pgpong.scaling.model import PHASES, Constants, predict, predict_lag
 
 CORES = {2: (1, 2), 10: (1, 10), 64: (1, 64), 198: (11, 18)}  # cores -> nodes x CPUs of the projection
@@ -32,7 +33,8 @@ def learning_curve(path: str) -> list[dict[str, float]]:
                     values = {k: float(v) for k, v in row.items() if k}
                 except (TypeError, ValueError):
                     break  # (a last line cut short)
-                if not all(abs(v) <= 1e15 for v in values.values()):  # (NaN too)
+                # NaN fails too; the diagnostics are not checked: an older pgpong's rows hold them as nan
+                if not all(abs(values[name]) <= MAX_VALUE for name in PROGRESS_COLUMNS):
                     raise ValueError(
                         f"{path}: line {line} holds a value no run writes (not finite, or beyond 1e15); "
                         "the file is damaged: correct or delete that line"
