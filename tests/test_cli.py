@@ -582,6 +582,7 @@ def test_empty_and_overlong_paths_and_flags_that_would_do_nothing_are_refused_in
         (["play", "--episodes", "2", "--record-episodes", "2"], "--record-episodes sets the recording: give --record"),
         (["plot", ""], "argument RUN_DIR: an empty path"),
         (["plot", "r", "--output", ""], "argument --output: an empty path"),
+        (["plot", "/dev/null"], "/dev/null: cannot read (it is not a regular file)"),  # (not "not a directory")
         (["weights", ""], "argument CHECKPOINT: an empty path"),
         (["study", "s", "--root", ""], "argument --root: an empty path"),
         (["plot", long], f"{long[:40]}... (300 characters): a file name longer than this system takes"),

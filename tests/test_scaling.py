@@ -131,6 +131,7 @@ def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
         (["--threshold", "5"], "--threshold is the running reward --learning's runs reach: give it with --learning"),
         (["--learning", str(foreign), "--phase", "late"], "--phase is the model's: --learning takes each update's"),
         (["--learning", ""], "argument --learning: an empty path"),
+        (["--learning", "/dev/null"], "/dev/null is neither a progress.csv file nor a directory"),
         (["--learning", str(damaged)], "line 3 holds a value no run writes (not finite, or beyond 1e15)"),
         (["--learning", str(foreign), "--lag", "1"], "argument --lag: not allowed with argument --learning"),
         (["--lag", "1", "--lag-share", "0.5"], "argument --lag-share: not allowed with argument --lag"),

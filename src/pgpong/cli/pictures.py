@@ -78,7 +78,7 @@ def plot(args: argparse.Namespace) -> int:
         raise ConfigError("--output FILE is needed to plot several runs")
     else:
         given = args.run_dirs[0]  # a run directory, or a progress.csv itself: the picture goes beside it
-        output = args.output or (given.parent if given.is_file() else given) / "learning.png"
+        output = args.output or (given if given.is_dir() else given.parent) / "learning.png"
     check_inputs(args.run_dirs, args.by)  # a missing run first, not the output beside it
     api.plot_learning_curve(*args.run_dirs, x=args.x, by=args.by, output=output)
     print(f"pgpong: wrote {output}")

@@ -87,6 +87,8 @@ def progress_files(paths: list[str]) -> list[Path]:
     of run directories, or a study's directory (its trials, in the study's order)."""
     found: list[Path] = []
     for given in (Path(p).resolve() for p in paths):
+        if given.exists() and not given.is_dir() and not given.is_file():
+            raise ValueError(f"{given} is neither a progress.csv file nor a directory (a device or a pipe)")
         runs = _runs_in(given)
         if not runs or not all(run.is_file() for run in runs):
             missing = next((run for run in runs if not run.is_file()), given / "progress.csv")
