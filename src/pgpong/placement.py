@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable
 
 MAX_WORKERS_PER_CPU = 4.0  # rollout workers a CPU, at most (each holds 250-350 MB)
 AUTO = "auto"  # --workers-per-cpu auto: a worker for each of a batch's matches, if 4 a CPU or fewer do
@@ -175,34 +176,10 @@ def shared_first_free(durations: list[float], nodes: list[tuple[int, int]], paus
     When the last match ends; with no more workers than cores, first_free's answer. (Where
     two nodes free a worker at the same moment with a match still waiting, which takes it
     rests on the times' last bits: the makespan may then differ from a schedule in exact
-    arithmetic by one match's placement.)"""
-    if durations and not any(w > 0 and c > 0 for w, c in nodes):
-        raise ValueError(f"no node with workers and cores to play on: {nodes}")
-    todo = deque(d + pause for d in durations)
-    # A node's cores are shared by its own matches only, so its rate changes only when one
-    # of its matches ends and the next starts there: each node keeps its own clock of the
-    # work its matches have had (`done`, as of `since`), and the next end anywhere is the
-    # earliest of the nodes' own next ends (a heap with one entry a node).
-    done, since = [0.0] * len(nodes), [0.0] * len(nodes)
-    ends: list[list[float]] = [[] for _ in nodes]  # a node's matches in play: `done` at which each ends
-    for n, (workers, _) in enumerate(nodes):
-        while todo and len(ends[n]) < workers and nodes[n][1] > 0:
-            heapq.heappush(ends[n], todo.popleft())
-
-    def next_end(n: int) -> tuple[float, int]:
-        return since[n] + (ends[n][0] - done[n]) / min(1.0, nodes[n][1] / len(ends[n])), n
-
-    events = [next_end(n) for n, e in enumerate(ends) if e]
-    heapq.heapify(events)
-    now = 0.0
-    while events:
-        now, n = heapq.heappop(events)
-        done[n], since[n] = heapq.heappop(ends[n]), now
-        if todo:  # the freed worker takes the next match
-            heapq.heappush(ends[n], done[n] + todo.popleft())
-        if ends[n]:
-            heapq.heappush(events, next_end(n))
-    return now
+    arithmetic by one match's placement.) One batch of shared_pipelined, with no step."""
+    if not durations:
+        return 0.0
+    return shared_pipelined([list(durations)], nodes, pause, 0.0, 0)[0]
 
 
 def pipelined(
@@ -298,8 +275,8 @@ def shared_pipelined(
         before = k - 2 if early else k - 1 - lag
         return before < 0 or (before < len(done) and done[before] <= now)
 
-    def fill(now: float) -> None:
-        for n in range(len(nodes)):
+    def fill(now: float, which: Iterable[int]) -> None:
+        for n in which:
             taken: list[tuple[float, int]] = []
             while todo and len(taken) < cluster.free(n) and may_start(now):
                 k, _, length = todo.popleft()
@@ -307,15 +284,19 @@ def shared_pipelined(
             if taken:
                 cluster.start(n, now, taken)
 
-    fill(0.0)
+    fill(0.0, range(len(nodes)))
     while events:
         now, n, seen = heapq.heappop(events)
-        k = cluster.end(n, now, seen) if n >= 0 else None
-        if k is not None:
-            left[k] -= 1
-            ended[k] = max(ended[k], now)
-            while len(done) < len(batches) and left[len(done)] == 0:
-                done.append(max(ended[len(done)], done[-1] if done else 0.0) + step)
-                heapq.heappush(events, (done[-1], -1, 0))
-        fill(now)
+        if n < 0:  # a batch may start: every node's free workers take its matches
+            fill(now, range(len(nodes)))
+            continue
+        k = cluster.end(n, now, seen)
+        if k is None:
+            continue
+        left[k] -= 1
+        ended[k] = max(ended[k], now)
+        while len(done) < len(batches) and left[len(done)] == 0:
+            done.append(max(ended[len(done)], done[-1] if done else 0.0) + step)
+            heapq.heappush(events, (done[-1], -1, 0))
+        fill(now, (n,))  # (the other nodes' free workers wait for a batch: they took all they could)
     return done
