@@ -45,11 +45,12 @@ def lag_table(
 ) -> str:
     """The model's seconds per update without a lag and with `lag` (or a lag `share`)
     for `rows` as model_table's, at `per_cpu` workers a CPU (auto: what it picks for
-    each row), as a Markdown table."""
+    each row), as a Markdown table. The last column is over the batch's match
+    seconds shared evenly over the CPUs: once batches overlap, the bound."""
     name = f"lag {lag}" if lag else f"lag share {share:g}"
     lines = [
         f"| batch | nodes x CPUs | lag 0 | {name} | {name} over the best whole-match schedule"
-        f" | {name} over the work per worker |",
+        f" | {name} over the work per CPU |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for batch, nodes, cpus in rows:
