@@ -1,6 +1,9 @@
 """The gradient noise scale: the estimator against a known covariance, and real
 per-match gradients of a small policy."""
 
+import subprocess
+import sys
+
 import numpy as np
 
 from conftest import refused_in_one_line
@@ -66,3 +69,23 @@ def test_the_command_prints_a_table_of_real_matches(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| policy | matches | mean match steps |") and len(out) == 3
     assert out[2].startswith("| initial weights (H=200, seed 0) | 2 | 60 |")
+
+
+def test_ctrl_c_while_numpy_and_the_emulator_load_ends_in_one_line():
+    """The command's module loads nothing heavy itself (numpy, numba, the emulator take
+    most of a second): they load inside main's handling of Ctrl-C, which ends with 130
+    and one line. The interrupt is raised by numpy's import, so no timing is involved."""
+    interrupting = (
+        "import sys\n"
+        "from pgpong.noise import main\n"
+        "assert 'numpy' not in sys.modules, 'pgpong.noise loaded numpy itself'\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.exit(main(['initial', '--matches', '2', '--max-episode-steps', '10']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", interrupting], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == "", proc.stderr
+    assert proc.stderr == "python -m pgpong.noise: stopped (Ctrl-C); nothing measured is printed\n"

@@ -145,6 +145,21 @@ def test_the_tables_refuse_bad_input_in_one_line(tmp_path, capsys):
         assert says in refused_in_one_line(main, given, "python -m pgpong.scaling", capsys), given
 
 
+def test_ctrl_c_while_a_table_is_worked_out_ends_with_130_and_one_line(monkeypatch, capsys):
+    import pgpong.scaling.__main__ as tables
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for flags, where in [([], "model_table"), (["--lag", "1"], "lag_table"), (["--learning", "x"], "learning_table")]:
+        monkeypatch.setattr(tables, where, interrupted)
+        with pytest.raises(SystemExit) as stop:
+            tables.main(flags)
+        captured = capsys.readouterr()
+        assert stop.value.code == 130 and captured.out == "", flags
+        assert captured.err == "python -m pgpong.scaling: stopped (Ctrl-C); no table printed\n", flags
+
+
 def test_a_study_directory_without_its_study_json_or_a_directory_of_runs_gives_its_runs(tmp_path):
     from pgpong.scaling.learning import progress_files
 

@@ -20,15 +20,16 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from pgpong.checkpoint import CheckpointError
-from pgpong.envs import UnknownEnvironment, check_env_id
-from pgpong.errors import OneLineParser
+from pgpong.errors import OneLineParser, PgpongError
 from pgpong.files import given_path
-from pgpong.policy import Params
+
+if TYPE_CHECKING:
+    from pgpong.policy import Params
+
+# numpy, the network and the emulator are imported where used, inside main's handling of
+# Ctrl-C: loading them takes most of a second, and Ctrl-C then should end as quietly.
 
 
 def per_match_gradients(weights: Params, matches: int, seed: int, env_id: str, max_episode_steps: int | None):
@@ -48,6 +49,8 @@ def per_match_gradients(weights: Params, matches: int, seed: int, env_id: str, m
 
 def noise_scale(grads: Iterable[Params]) -> dict[str, Any]:
     """B_simple from per-match gradients, and the parts it is made of."""
+    import numpy as np
+
     total: np.ndarray | None = None
     squares, n = 0.0, 0
     for g in grads:
@@ -69,7 +72,11 @@ def noise_scale(grads: Iterable[Params]) -> dict[str, Any]:
 
 
 def measure(path: Path | None, matches: int, seed: int, max_episode_steps: int | None) -> dict:
+    import numpy as np
+
+    from pgpong.envs import check_env_id
     from pgpong.evaluate import Policy, load_policy
+    from pgpong.policy import Params
 
     if str(path) == "initial":  # a new network, as training starts (hidden 200, seed 0)
         policy = Policy(Params.initial(200, 0), "initial weights (H=200, seed 0)")
@@ -124,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
     try:
         rows = [measure(p, args.matches, args.seed, args.max_episode_steps) for p in (args.checkpoints or [None])]
-    except (OSError, CheckpointError, UnknownEnvironment) as exc:  # a missing or damaged checkpoint, or its env
+    except (OSError, PgpongError) as exc:  # a missing or damaged checkpoint, or its env
         parser.error(str(exc))
     except KeyboardInterrupt:
         parser.exit(130, "python -m pgpong.noise: stopped (Ctrl-C); nothing measured is printed\n")

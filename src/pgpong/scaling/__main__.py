@@ -8,6 +8,8 @@ measured on this project's machine (docs/SCALING.md says how): its tables, as Ma
 
 from __future__ import annotations
 
+import argparse
+
 from pgpong.config import PER_CPU_RANGE, per_cpu_text, per_cpu_valid, per_cpu_value
 from pgpong.errors import OneLineParser
 from pgpong.files import given_path
@@ -111,6 +113,14 @@ def main(argv: list[str] | None = None) -> None:
         "is done, the rest once update k - 1 is (--lag-share S overlaps batches so)",
     )
     args = parser.parse_args(argv)
+    try:
+        print(tables(args, parser), end="")
+    except KeyboardInterrupt:
+        parser.exit(130, f"{PROG}: stopped (Ctrl-C); no table printed\n")
+
+
+def tables(args: argparse.Namespace, parser: OneLineParser) -> str:
+    """The table the flags ask for; a mistake in them ends the program by parser.error."""
     per_cpu = args.workers_per_cpu
     if not per_cpu_valid(per_cpu):
         parser.error(f"--workers-per-cpu {PER_CPU_RANGE}, got {per_cpu_text(per_cpu)}")
@@ -123,17 +133,15 @@ def main(argv: list[str] | None = None) -> None:
         if not -21 <= threshold <= 21:
             parser.error(f"--threshold must be a running reward in [-21, 21], got {threshold:g}")
         try:
-            print(learning_table([str(path) for path in args.learning], threshold, per_cpu), end="")
+            return learning_table([str(path) for path in args.learning], threshold, per_cpu)
         except (OSError, ValueError) as exc:  # a missing or broken file (ConfigError is a ValueError)
             parser.error(str(exc))
-        return
     c = PHASES[args.phase or "early"]
     if args.lag_share is not None and not 0 < args.lag_share <= 1:
         parser.error(f"--lag-share must be in (0, 1], got {args.lag_share:g}")
     if args.lag or args.lag_share:
-        print(lag_table(c, args.lag or 0, args.lag_share or 0.0, per_cpu), end="")
-        return
-    print(model_table(c, per_cpu), end="")
+        return lag_table(c, args.lag or 0, args.lag_share or 0.0, per_cpu)
+    return model_table(c, per_cpu)
 
 
 if __name__ == "__main__":
