@@ -153,6 +153,15 @@ def test_bad_study_input_is_one_line_and_status_2(tmp_path, capsys):
         ],
         "--learning-rate must be in": ["study", "x", "--grid", "lr=2", "--max-matches", "4"],
         "no study x": ["study", "x", "--report"],
+        "--report reads the study as it was made: drop --workers-per-trial": [
+            "study",
+            "x",
+            "--report",
+            "--workers-per-trial",
+            "2",
+        ],
+        "--report reads the study as it was made: drop --address": ["study", "x", "--report", "--address", "h:1"],
+        "--report reads the study as it was made: drop --seeds": ["study", "x", "--report", "--seeds", "5"],
     }
     for expected, flags in (  # out of range, not finite, or an environment a trial could not make
         ("trial batch-size=-1 seed=0: --batch-size must be at least 1", "--grid batch-size=-1 --max-matches 4"),

@@ -23,6 +23,8 @@ from pgpong.config import ConfigError, address_text, check
 from pgpong.console import fitted
 from pgpong.files import given_path
 
+SEEDS = (0, 1, 2)  # a study's seeds unless --seeds says
+
 
 def add_parser(sub) -> None:
     """The study command and its flags."""
@@ -59,7 +61,7 @@ def _add_study_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SETTING=V",
         help="a train setting fixed for every trial, e.g. max-episode-steps=2000 (repeatable)",
     )
-    p.add_argument("--seeds", type=int_list, default=(0, 1, 2), metavar="LIST", help="seeds (default: 0,1,2)")
+    p.add_argument("--seeds", type=int_list, default=SEEDS, metavar="LIST", help="seeds (default: 0,1,2)")
     p.add_argument("--until", default=None, metavar="running_reward=R", help="stop a trial at this running reward")
     p.add_argument("--max-env-steps", default=None, metavar="N", help="stop a trial after N env steps (20M, 500k)")
     p.add_argument("--max-matches", default=None, metavar="N", help="stop a trial after N matches")
@@ -99,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     thresholds = _thresholds(args.thresholds)
     if args.report:
         given = [f for f in ("grid", "set", "until", "max_env_steps", "max_matches", "max_minutes") if getattr(args, f)]
+        given += [f for f in ("workers_per_trial", "address") if getattr(args, f)]  # (none needed to read it)
+        given += ["seeds"] if tuple(args.seeds) != SEEDS else []
         if given:
             raise ConfigError(f"--report reads the study as it was made: drop --{given[0].replace('_', '-')}")
         found = plan.load_study(root, args.name)
