@@ -1,14 +1,22 @@
-"""A match's result through shared memory instead of the task's reply, timed alone
-(docs/SCALING.md, "A match's result through shared memory"): `python shm_results.py`
+"""A match's result through shared memory instead of the task's reply, and a match
+handed out on a pipe instead of a Ray call, timed alone (docs/SCALING.md, "A node's
+matches off Ray's calls"): `python shm_results.py`
 with pgpong importable (PYTHONPATH=src). One process calls an actor 800 times a round,
 as a node's leader calls its workers, waits for each answer and adds a real match of a
 bank to an exact sum, in four ways: the match returned in the reply (pgpong today);
 the W1 columns written to a shared-memory block the caller maps once, the pixel list
 and W2 in the reply; everything in the block and only the pixel count in the reply;
-and a call with a one-number answer and no sum (Ray's own cost of a call). Then the
-exact add alone. It prints the caller's and the actor's CPU per match, three rounds."""
+a call with a one-number answer and no sum (Ray's own cost of a call); and no Ray call
+at all: the caller writes the match's number to a named pipe the actor's thread reads,
+and the actor answers the pixel count on another (everything else in the block). Then
+the exact add alone. It prints the caller's and the actor's CPU per match, three
+rounds."""
 
 import dataclasses
+import os
+import struct
+import tempfile
+import threading
 import time
 from multiprocessing import shared_memory
 
@@ -61,6 +69,17 @@ class Worker:
     def small(self, published, episode):
         return 1
 
+    def serve(self, asks, answers):
+        """Answer on the pipe `answers` each match number read from the pipe `asks`, in a
+        thread of this actor, until the number -1."""
+
+        def loop():
+            with open(asks, "rb", buffering=0) as given, open(answers, "wb", buffering=0) as said:
+                while (k := struct.unpack("q", given.read(8))[0]) >= 0:
+                    said.write(struct.pack("q", self.all_in_block(None, k)))
+
+        threading.Thread(target=loop, daemon=True).start()
+
     def cpu(self):
         return time.process_time()
 
@@ -102,6 +121,22 @@ def small():
         call(worker.small)
 
 
+pipes = tempfile.mkdtemp()
+asks, answers = os.path.join(pipes, "asks"), os.path.join(pipes, "answers")
+os.mkfifo(asks)
+os.mkfifo(answers)
+ray.get(worker.serve.remote(asks, answers))
+to_worker, from_worker = open(asks, "wb", buffering=0), open(answers, "rb", buffering=0)
+
+
+def pipe_no_call():
+    total = ExactSum(H)
+    for k in range(N):
+        to_worker.write(struct.pack("q", k))
+        n = struct.unpack("q", from_worker.read(8))[0]
+        total.add(EpisodeGradient(ints[:n].copy(), floats[W1_AT : W1_AT + H * n].reshape(H, n), floats[W2_AT:W1_AT]))
+
+
 def add_alone():
     total = ExactSum(H)
     for _ in range(N):
@@ -113,6 +148,7 @@ ways = {
     "W1's columns in the block": columns_in_block,
     "all in the block": all_in_block,
     "a call, one-number answer": small,
+    "no call: a pipe each way": pipe_no_call,
     "the exact add alone": add_alone,
 }
 for way in ways.values():  # warm-up
@@ -124,6 +160,7 @@ for _ in range(3):
         way()
         cpu = time.process_time() - cpu
         actor = ray.get(worker.cpu.remote()) - before
-        print(f"{name:27s} the caller's CPU {1e3 * cpu / N:.2f} ms, the actor's {1e3 * actor / N:.2f} ms per match")
+        print(f"{name:26s} the caller's CPU {1e3 * cpu / N:.2f} ms, the actor's {1e3 * actor / N:.2f} ms per match")
+to_worker.write(struct.pack("q", -1))
 block.close()
 block.unlink()
