@@ -3,7 +3,7 @@ handed out on a pipe instead of a Ray call, timed alone (docs/SCALING.md, "A nod
 matches off Ray's calls"): `python shm_results.py`
 with pgpong importable (PYTHONPATH=src). One process calls an actor 800 times a round,
 as a node's leader calls its workers, waits for each answer and adds a real match of a
-bank to an exact sum, in four ways: the match returned in the reply (pgpong today);
+bank to an exact sum, in five ways: the match returned in the reply (pgpong today);
 the W1 columns written to a shared-memory block the caller maps once, the pixel list
 and W2 in the reply; everything in the block and only the pixel count in the reply;
 a call with a one-number answer and no sum (Ray's own cost of a call); and no Ray call
@@ -126,7 +126,7 @@ asks, answers = os.path.join(pipes, "asks"), os.path.join(pipes, "answers")
 os.mkfifo(asks)
 os.mkfifo(answers)
 ray.get(worker.serve.remote(asks, answers))
-to_worker, from_worker = open(asks, "wb", buffering=0), open(answers, "rb", buffering=0)
+to_worker, from_worker = open(asks, "wb", buffering=0), open(answers, "rb", buffering=0)  # noqa: SIM115 (for the script's life)
 
 
 def pipe_no_call():
