@@ -190,6 +190,14 @@ def test_bench_refuses_bad_values():
             "--bank-matches must be at least 1 and at most 100, got 99999999999999999999",
         ),
         (["--simulate", "1x2", "--batch-sizes", "10,8193"], "--batch-sizes must be at most 8192"),
+        (
+            ["--simulate", "1x2", "--batch-sizes", "10," + "9" * 5000],
+            "--batch-size: a number of 5,000 digits is out of range",
+        ),
+        (
+            ["--simulate", "1x2", "--batch-sizes", "10,x"],
+            "--batch-size: expected numbers separated by commas, got '10,x'",
+        ),
         (["--simulate", "1x2", "--bank-policy", ""], "--bank-policy must be new, shipped, or a checkpoint"),
         (["--simulate", "1x2", "--bank-policy", "nowhere"], "(give new, shipped, or a checkpoint or run directory)"),
     ],

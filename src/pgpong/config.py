@@ -64,9 +64,13 @@ def setting(
 
 def int_list(text: str) -> tuple[int, ...]:
     """'1,10,60' -> (1, 10, 60), for list flags."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        return tuple(int(part) for part in parts)
     except ValueError:
+        if all(part.lstrip("+-").isdigit() for part in parts):  # Python's int() stops at 4,300 digits
+            longest = max(len(part) for part in parts)
+            raise argparse.ArgumentTypeError(f"a number of {longest:,} digits is out of range") from None
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
