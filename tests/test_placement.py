@@ -9,6 +9,7 @@ from pgpong.placement import (
     cpu_share,
     lower_bound,
     node_workers,
+    report_seconds,
     request_size,
     requests,
     shared_cores,
@@ -98,6 +99,13 @@ def test_requests_counts_a_leaders_asks_of_the_queue_by_hand():
     # the model's count for 1x64, batch 300 (two leaders of 32): bench measured 32 requests per update
     lengths = [(900 + 37 * k % 300) / 2600 for k in range(300)]  # 0.35-0.46 s, in no order
     assert 26 <= requests(lengths, [32, 32], pause=0.0035) <= 36
+
+
+def test_the_leaders_periodic_reports_reach_the_queue_at_most_32_times_a_second():
+    assert [report_seconds(n) for n in (1, 3, 11, 16)] == [0.5] * 4  # the cadence of clusters up to 16 leaders
+    assert report_seconds(32) == 1.0 and report_seconds(110) == pytest.approx(3.4375)
+    for leaders in range(1, 2000):
+        assert leaders / report_seconds(leaders) <= 32 + 1e-9
 
 
 def test_a_request_brings_a_free_worker_each_or_a_quarter_of_the_share_left():

@@ -78,11 +78,22 @@ def groups(workers: int, at_most: int) -> list[int]:
 # a node with more workers gets several leaders, so that a batch's first matches all
 # start within a few milliseconds.
 LEADER_WORKERS = 32
-REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished
+REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished ...
+REPORTING_LEADERS = 16  # ... up to this many leaders; with more, each tells it less often (report_seconds)
 # how often the driver reads the queue's reports (and whenever a leader's run ends): for live
 # progress only, as the last read, after the sum, brings the rest
 POLL_SECONDS = 1.0
 GUIDED = 4  # a node's request to the cluster's queue brings at least 1/GUIDED of its share of what is left
+
+
+def report_seconds(leaders: int) -> float:
+    """How often each of a cluster's `leaders` tells the queue which matches it has
+    finished, between a batch's sums: every REPORT_SECONDS up to REPORTING_LEADERS, then
+    less often, so that the queue takes at most 32 of these reports a second, however
+    many nodes (they feed the live progress only: a leader's last report of a batch goes
+    before its sum, whatever the cadence). At 110 nodes they were most of the queue's
+    CPU in the model."""
+    return REPORT_SECONDS * max(1.0, leaders / REPORTING_LEADERS)
 
 
 def request_size(free: int, left: int, size: int, workers: int) -> int:

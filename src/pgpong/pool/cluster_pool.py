@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgpong.cluster import nodes_with_cpus
-from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, node_workers, shares
+from pgpong.placement import LEADER_WORKERS, POLL_SECONDS, groups, node_workers, report_seconds, shares
 from pgpong.policy import Params
 from pgpong.pool.ahead import Ahead
 from pgpong.pool.base import (
@@ -384,7 +384,7 @@ class ClusterPool:
         """The queue's reports: (batch, node number, positions, their stats or results). (A hook for tests.)"""
 
     def _call(self, leader: Any, number: int) -> Any:
-        return leader.run.remote(self._queue, self._reducer, number, self._here)
+        return leader.run.remote(self._queue, self._reducer, number, self._here, report_seconds(len(self._leaders)))
 
     def _lost(self, leader: Any, exc: BaseException) -> None:
         """Close a lost leader: its matches not in a sum go back to the queue (those its

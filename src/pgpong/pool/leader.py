@@ -47,10 +47,12 @@ class NodeLeader:
         """This leader's node and how many of its workers run."""
         return self.node_id, self.pool.num_workers
 
-    def run(self, queue: Any, reducer: Any, node: int, queue_node: str = "") -> NodeDone:
+    def run(
+        self, queue: Any, reducer: Any, node: int, queue_node: str = "", report_s: float = REPORT_SECONDS
+    ) -> NodeDone:
         """Play matches from the queue on this node's workers, of whichever batch it
         hands out, until the queue stops (it waits there for the next batch), telling
-        it every REPORT_SECONDS which are finished. Matches played ("play") are summed
+        it every `report_s` which are finished (placement.report_seconds). Matches played ("play") are summed
         by batch, and a batch's sum goes to the reducer as soon as the node holds no
         more of that batch's matches; while the node's last match of it plays, with none
         left to come, the sum of the others goes ahead."""
@@ -97,7 +99,7 @@ class NodeLeader:
                 # be played again, and the driver must have heard of them.
                 finished, last = self._report(queue, node, finished), time.monotonic()
                 ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None)
-            elif time.monotonic() - last > REPORT_SECONDS:
+            elif time.monotonic() - last > report_s:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
         self._report(queue, node, finished)  # in the queue before the run is over

@@ -36,7 +36,6 @@ import numpy as np
 from pgpong.placement import (
     LEADER_WORKERS,
     POLL_SECONDS,
-    REPORT_SECONDS,
     best_whole_matches,
     cluster_workers,
     first_free,
@@ -44,6 +43,7 @@ from pgpong.placement import (
     lower_bound,
     node_workers,
     pipelined,
+    report_seconds,
     requests,
     shared_first_free,
     shared_pipelined,
@@ -98,7 +98,7 @@ def cpu_ms(batch: int, nodes: int, leaders: int, seconds: float, c: Constants, a
     matches the nodes' `leaders` asked the queue for in `asked` requests."""
     driver = c.driver_fixed_ms + c.driver_ms_per_second * seconds
     driver += c.driver_ms_per_match * batch + c.driver_ms_per_node * nodes
-    calls = asked + leaders * seconds / REPORT_SECONDS + 1 + seconds / POLL_SECONDS
+    calls = asked + leaders * seconds / report_seconds(leaders) + 1 + seconds / POLL_SECONDS
     return driver, c.queue_fixed_ms + c.queue_ms_per_call * calls + c.queue_ms_per_match * batch
 
 
