@@ -190,6 +190,23 @@ def test_on_a_narrow_terminal_a_message_breaks_between_words(monkeypatch):
     assert plain.getvalue() == message + "\n"  # off a terminal: as given
 
 
+def test_live_lines_say_no_speed_before_a_match_has_ended():
+    """Steps are counted as matches end: before the first, the speed is '-', not a 0
+    that reads as a stall."""
+    from pgpong.evaluate import MatchStatus
+
+    live = LiveProgress(io.StringIO())
+    live.begin_batch(2, 4, -19.04)
+    before = r"batch     2 \| 0/4 episodes \| - steps/s \| +[\d.]+ s \| running reward -19\.04"
+    assert re.fullmatch(before, live._text())
+    live.episode(1, 900, -19.1)
+    assert re.search(r"\| 1/4 episodes \| [\d,]+ steps/s \|", live._text()) and "| - steps/s" not in live._text()
+    status = MatchStatus(10)
+    assert re.fullmatch(r"playing: 0/10 matches done \| - steps/s \| +[\d.]+ s", status.text())
+    status.matches, status.steps = 1, 1000
+    assert re.search(r"1/10 matches done \| [1-9][\d,]* steps/s", status.text())
+
+
 def test_live_line_stays_off_without_a_terminal():
     out = io.StringIO()
     live = LiveProgress(out)

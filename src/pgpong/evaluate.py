@@ -100,10 +100,8 @@ class MatchStatus:
 
     def text(self) -> str:
         elapsed = time.monotonic() - self.began
-        return (
-            f"playing: {self.matches}/{self.total} matches done | "
-            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s"
-        )
+        speed = f"{self.steps / max(elapsed, 1e-9):,.0f}" if self.steps else "-"  # (counted as matches end)
+        return f"playing: {self.matches}/{self.total} matches done | {speed} steps/s | {elapsed:5.1f} s"
 
 
 def check_episodes(episodes: int) -> None:

@@ -288,9 +288,10 @@ class LiveProgress(_Quiet):
     def _text(self) -> str:
         elapsed = time.monotonic() - self.began
         running = "-" if self.running is None else f"{self.running:.2f}"
+        speed = f"{self.steps / max(elapsed, 1e-9):,.0f}" if self.steps else "-"  # (counted as matches end)
         return (
             f"batch {self.batch:5d} | {self.finished}/{self.size} episodes | "
-            f"{self.steps / max(elapsed, 1e-9):,.0f} steps/s | {elapsed:5.1f} s | running reward {running}{self.tag}"
+            f"{speed} steps/s | {elapsed:5.1f} s | running reward {running}{self.tag}"
         )
 
 
