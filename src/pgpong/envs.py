@@ -10,7 +10,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
-from pgpong.errors import PgpongError
+from pgpong.errors import PgpongError, clipped
 from pgpong.frames import SCREEN, D, PaletteDiffer
 
 UP, DOWN = 2, 3  # ALE calls them RIGHT and LEFT; in Pong they move the paddle up and down
@@ -32,9 +32,7 @@ def check_env_id(env_id: str) -> None:
     _register()
     pong = sorted(i for i in gym.registry if "Pong" in i and "-ram" not in i)
     if len(env_id) > 100:  # (no id is so long: a damaged file's, not to be echoed whole)
-        raise UnknownEnvironment(
-            f"unknown environment id {env_id[:40]!r}... ({len(env_id):,} characters); Pong ids: {', '.join(pong)}"
-        )
+        raise UnknownEnvironment(f"unknown environment id {clipped(env_id, repr)}; Pong ids: {', '.join(pong)}")
     try:
         spec = gym.spec(env_id)
     except gym.error.Error as exc:

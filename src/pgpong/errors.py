@@ -21,6 +21,12 @@ def shortened(message: str) -> str:
     return re.sub(r"\d{41,}", lambda m: f"{m[0][:20]}... ({len(m[0]):,} digits)", message)
 
 
+def clipped(text: str, show=str) -> str:
+    """A long name from outside, for a message: its first 40 characters (as `show`
+    writes them) and how long it was."""
+    return f"{show(text[:40])}... ({len(text):,} characters)"
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose error is one line naming the mistake and where help is,
     with exit status 2 (argparse's own prints its usage first, several lines)."""

@@ -23,6 +23,7 @@ from pgpong.cli.common import (
     raise_terminated,
     terminated,
 )
+from pgpong.errors import clipped
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
 
@@ -92,7 +93,7 @@ def _run(argv: Sequence[str] | None) -> int:
         if exc.errno != errno.ENAMETOOLONG:
             raise
         name = str(exc.filename)
-        shown = f"{name[:40]}... ({len(name):,} characters)" if len(name) > 60 else name
+        shown = clipped(name) if len(name) > 60 else name
         return fail(f"{shown}: a file name longer than this system takes", EXIT_BAD_INPUT)
 
 
