@@ -322,6 +322,17 @@ def test_runs_projected_at_workers_per_cpu_auto_take_each_batchs_pick(tmp_path):
     assert cells["| lag0"][-1] == f"{auto['minutes']:.1f} |" and len(cells["| lag0"]) == 5 + len(CORES)
 
 
+def test_the_lag_table_gives_no_bound_of_the_work_where_the_batches_cannot_fill_the_cpus():
+    from pgpong.scaling.__main__ import lag_table
+
+    c = PHASES["early"]
+    rows = [(10, 1, 64), (60, 1, 64), (300, 11, 18)]  # with lag 1: 20, 120 and 600 matches at once
+    lagged = [line.split(" | ")[-1].rstrip(" |") for line in lag_table(c, 1, rows=rows).splitlines()[2:]]
+    assert lagged[0] == "-" and all(0.9 < float(x) < 1.3 for x in lagged[1:]), lagged
+    shared = [line.split(" | ")[-1].rstrip(" |") for line in lag_table(c, 0, 0.5, rows=rows).splitlines()[2:]]
+    assert shared[0] == "-" and all(float(x) > 0.9 for x in shared[1:]), shared  # 15, 90 and 450 at once
+
+
 def test_the_lag_table_at_auto_shares_the_cores_where_auto_starts_more_workers():
     """--lag 1 --workers-per-cpu auto: 1x64's batches fit its cores (one a CPU, the table
     as without the flag); 11x18's 300 matches start at once on 28 workers a node."""

@@ -48,7 +48,9 @@ def lag_table(
     """The model's seconds per update without a lag and with `lag` (or a lag `share`)
     for `rows` as model_table's, at `per_cpu` workers a CPU (auto: what it picks for
     each row), as a Markdown table. The last column is over the batch's match
-    seconds shared evenly over the CPUs: once batches overlap, the bound."""
+    seconds shared evenly over the CPUs: once batches overlap, the bound; none ('-')
+    where the matches that may play at once (a batch and its lag's) are fewer than the
+    CPUs, so that bound means nothing."""
     name = f"lag {lag}" if lag else f"lag share {share:g}"
     lines = [
         f"| batch | nodes x CPUs | lag 0 | {name} | {name} over the best whole-match schedule"
@@ -60,10 +62,11 @@ def lag_table(
         now = predict_lag(batch, nodes, cpus, c, 0, per_cpu=each)
         lagged = predict_lag(batch, nodes, cpus, c, lag, share=share, per_cpu=each)
         shown = f" ({lagged['workers']:,.0f} workers, {each:.3g} a CPU)" if per_cpu != 1 else ""
+        fills = (1 + lag + share) * batch >= nodes * cpus  # the matches that may be in play at once
+        of_work = f"{lagged['of_work_per_worker']:.2f}" if fills else "-"
         lines.append(
             f"| {batch:,} | {nodes}x{cpus}{shown} | {now['seconds_per_update']:.2f} s"
-            f" | {lagged['seconds_per_update']:.2f} s | {lagged['of_best_whole_matches']:.2f}"
-            f" | {lagged['of_work_per_worker']:.2f} |"
+            f" | {lagged['seconds_per_update']:.2f} s | {lagged['of_best_whole_matches']:.2f} | {of_work} |"
         )
     return "\n".join(lines) + "\n"
 
