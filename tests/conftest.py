@@ -64,6 +64,21 @@ def ray_instance():
     ray.shutdown()
 
 
+def run_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The command line in this process, without an interpreter's start-up (about a
+    second each): a CompletedProcess as run_pgpong's, for input refused before any work
+    (a hang would have no timeout here)."""
+    from pgpong.cli import main
+
+    capsys.readouterr()
+    try:
+        status = main(list(args))
+    except SystemExit as stop:  # (argparse's own mistakes)
+        status = stop.code if isinstance(stop.code, int) else 1
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["pgpong", *args], status, out, err)
+
+
 def run_pgpong(*args: str, timeout: float = 300, env: dict | None = None, cwd: Path | None = None):
     """Run the real command line in a subprocess; returns CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
