@@ -1,4 +1,5 @@
-"""The command line end to end, in subprocesses, on real Ray and the real ALE."""
+"""The command line end to end, in subprocesses, on real Ray and the real ALE (input
+refused before any work in this process, conftest.run_here)."""
 
 import dataclasses
 import json
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import PGPONG, run_pgpong
+from conftest import PGPONG, run_here, run_pgpong
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.runlog import read_progress
 
@@ -167,9 +168,10 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("flags, words", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
-def test_bad_input_exits_2_and_writes_nothing(tmp_path, flags, words):
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, flags, words, capsys, monkeypatch):
     limit = [] if "--iterations" in flags else ["--iterations", "1"]
-    proc = run_pgpong("train", *flags, *limit, cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    proc = run_here(capsys, "train", *flags, *limit)
     assert_one_line_error(proc, *words)
     assert list(tmp_path.iterdir()) == []
 

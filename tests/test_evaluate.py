@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_pgpong
+from conftest import run_here, run_pgpong
 from pgpong.checkpoint import CheckpointError, TrainingState, save_checkpoint
 from pgpong.envs import DOWN, UP, make_env
 from pgpong.evaluate import EVAL_STREAM, load_policy, match_ids, shipped_agent_path
@@ -147,9 +147,9 @@ def bad_files(tmp_path):
         ("empty-dir", ["no checkpoint"]),
     ],
 )
-def test_play_bad_files_exit_2(tmp_path, case, words):
+def test_play_bad_files_exit_2(tmp_path, case, words, capsys):
     (tmp_path / "d").mkdir()
-    proc = run_pgpong("play", str(bad_files(tmp_path)[case]), "--workers", "0", timeout=60)
+    proc = run_here(capsys, "play", str(bad_files(tmp_path)[case]), "--workers", "0")
     assert_one_line_error(proc, *words)
 
 
@@ -166,8 +166,8 @@ def test_play_bad_files_exit_2(tmp_path, case, words):
         (["--episodes", "100000001"], ["--episodes must be at most 100,000"]),
     ],
 )
-def test_play_bad_flags_exit_2(weights_file, flags, words):
-    proc = run_pgpong("play", str(weights_file[0]), "--workers", "0", *flags, timeout=60)
+def test_play_bad_flags_exit_2(weights_file, flags, words, capsys):
+    proc = run_here(capsys, "play", str(weights_file[0]), "--workers", "0", *flags)
     assert_one_line_error(proc, *words)
     assert proc.stdout == ""  # refused before a match is listed or played
 

@@ -65,12 +65,12 @@ def test_plot_one_run_default_output(tmp_path):
 
 
 @pytest.mark.parametrize("x", ["episodes", "steps", "hours"])
-def test_plot_several_runs_need_output(tmp_path, x):
+def test_plot_several_runs_need_output(tmp_path, x, capsys):
     runs = [str(fake_run(tmp_path / f"run-{k}", seed=k)) for k in range(2)]
-    proc = run_pgpong("plot", *runs, timeout=120)
+    proc = run_here(capsys, "plot", *runs)
     assert_one_line_error(proc, "--output")
     out = tmp_path / "both.png"
-    proc = run_pgpong("plot", *runs, "--output", str(out), "--x", x, timeout=120)
+    proc = run_here(capsys, "plot", *runs, "--output", str(out), "--x", x)
     assert proc.returncode == 0, proc.stderr
     assert_not_blank(picture(out))
 
@@ -87,11 +87,11 @@ def test_a_cut_last_line_is_dropped_and_garbage_refused(tmp_path):
     assert set(NEEDED) <= set(lines[0].split(","))
 
 
-def test_batches_out_of_order_are_refused_naming_the_line(tmp_path):
+def test_batches_out_of_order_are_refused_naming_the_line(tmp_path, capsys):
     run = fake_run(tmp_path / "run", batches=5)
     lines = (run / "progress.csv").read_text().splitlines()
     (run / "progress.csv").write_text("\n".join([lines[0], *lines[1:3], lines[4], lines[3], lines[5]]) + "\n")
-    proc = run_pgpong("plot", str(run), timeout=120)
+    proc = run_here(capsys, "plot", str(run))
     assert_one_line_error(proc, str(run / "progress.csv"), "line 5 has batch 3 after batch 4", "delete that line")
     (run / "progress.csv").write_text("\n".join([*lines, lines[-1]]) + "\n")  # the last row twice
     with pytest.raises(PlotError, match="line 7 has batch 5 after batch 5"):
@@ -194,7 +194,7 @@ def test_study_curves_keep_a_seed_that_reached_the_goal_and_drop_one_that_stoppe
         ("wall_s", "-5"),
     ],
 )
-def test_a_value_no_run_writes_is_refused_naming_file_line_and_column(tmp_path, column, value):
+def test_a_value_no_run_writes_is_refused_naming_file_line_and_column(tmp_path, column, value, capsys):
     run = fake_run(tmp_path / "run", batches=5)
     with open(run / "progress.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -204,7 +204,7 @@ def test_a_value_no_run_writes_is_refused_naming_file_line_and_column(tmp_path, 
         writer.writeheader()
         writer.writerows(rows)
     for x in ("episodes", "hours"):
-        proc = run_pgpong("plot", str(run), "--x", x, timeout=120)
+        proc = run_here(capsys, "plot", str(run), "--x", x)
         assert_one_line_error(proc, str(run / "progress.csv"), "line 4", f"column {column}", value, "delete that line")
     assert not (run / "learning.png").exists()
 

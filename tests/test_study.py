@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import PGPONG, run_pgpong, train_in_process
+from conftest import PGPONG, run_here, run_pgpong, train_in_process
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.config import ConfigError
 from pgpong.runlog import read_progress
@@ -32,13 +32,9 @@ def study_command(root, name="lrs", grid=("lr=1e-3,3e-3",)):
 
 
 def pgpong(capsys, *args):
-    """The command line in this process (no interpreter start-up): (status, stdout, stderr)."""
-    from pgpong.cli import main
-
-    capsys.readouterr()
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
+    """conftest.run_here as (status, stdout, stderr)."""
+    done = run_here(capsys, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def rows(trial_dir):
