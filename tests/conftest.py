@@ -49,19 +49,27 @@ def joined_cluster(head_cpus: int, node_cpus: list[int], store: int):
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    """One local Ray instance shared by a module's tests (test_cluster needs its own cluster)."""
+    """A local Ray instance for the modules that ask for it, started once (about 3 s each
+    time) and shared, started again only after a module stopped it (test_cluster's own
+    clusters, test_study's checks that nothing started Ray); stopped when the tests end."""
     import ray
 
-    # "local": an instance of our own, even when another runs on this machine (None would join it)
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=200 * 1024**2,
-        logging_level=logging.WARNING,
-    )
-    yield ray
-    ray.shutdown()
+    if not ray.is_initialized():
+        # "local": an instance of our own, even when another runs on this machine (None would join it)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=200 * 1024**2,
+            logging_level=logging.WARNING,
+        )
+    return ray
+
+
+def pytest_sessionfinish(session, exitstatus):
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 def run_here(capsys, *args: str) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from conftest import run_pgpong
+from conftest import run_here, run_pgpong
 from test_cli import assert_one_line_error
 
 
@@ -202,8 +202,8 @@ def test_bench_refuses_bad_values():
         (["--simulate", "1x2", "--bank-policy", "nowhere"], "(give new, shipped, or a checkpoint or run directory)"),
     ],
 )
-def test_bench_refuses_what_it_would_ignore_or_never_finish(args, message):
-    proc = run_pgpong("bench", *args, timeout=60)  # at once: before Ray, before any bank is played
+def test_bench_refuses_what_it_would_ignore_or_never_finish(args, message, capsys):
+    proc = run_here(capsys, "bench", *args)  # at once: before Ray, before any bank is played
     assert_one_line_error(proc, message)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import run_pgpong
+from conftest import run_here, run_pgpong
 from pgpong.bench.options import Shape
 from pgpong.bench.simulate import SharedCores, bank_index
 from pgpong.bench.updates import updates
@@ -303,8 +303,8 @@ def test_each_episode_has_a_fixed_banked_match_and_all_are_used():
         (["--workers-per-cpu", "2"], "--workers-per-cpu is measured with --simulate"),
     ],
 )
-def test_bad_simulate_flags_are_one_line_and_exit_2(args, message):
-    proc = run_pgpong("bench", *args)
+def test_bad_simulate_flags_are_one_line_and_exit_2(args, message, capsys):
+    proc = run_here(capsys, "bench", *args)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
