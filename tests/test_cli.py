@@ -497,6 +497,17 @@ def test_the_command_to_run_again_splits_back_into_the_command_that_ran(monkeypa
     assert shlex.split(this_command_again()) == [sys.executable, "-m", "pgpong", "study", "a name", "--seeds", "0,1"]
 
 
+def test_help_before_a_command_is_the_commands_help(capsys):
+    for words in (["--help", "play"], ["-h", "play"], ["--he", "play", "x.npz"]):
+        proc = run_here(capsys, *words)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: pgpong play"), (words, proc.stdout[:80])
+        assert "--record" in proc.stdout and proc.stderr == ""
+    proc = run_here(capsys, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: pgpong [-h]") and "COMMAND" in proc.stdout
+    proc = run_here(capsys, "--help", "trian")  # no such command: said so, as without --help
+    assert proc.returncode == 2 and "no command 'trian'; did you mean train?" in proc.stderr
+
+
 def test_an_unknown_flag_names_the_command_whose_help_to_read():
     proc = run_pgpong("train", "--no-such-flag")
     assert_one_line_error(proc, "pgpong train: error: unrecognized arguments: --no-such-flag", "pgpong train --help")

@@ -74,6 +74,9 @@ def _run(argv: Sequence[str] | None) -> int:
     if words and not words[0].startswith("-") and words[0] not in COMMANDS:
         parser.error(f"no command {words[0]!r}{did_you_mean(words[0], COMMANDS)} (the commands: {', '.join(COMMANDS)})")
     first = next((k for k, w in enumerate(words) if not w.startswith("-")), len(words))
+    asks_help = [w for w in words[:first] if w == "-h" or (len(w) > 2 and "--help".startswith(w))]
+    if asks_help and first < len(words):  # pgpong --help train: train's help, as git's --help COMMAND
+        return _run([words[first], "--help"])
     own = ("--help", "--version")  # and argparse's abbreviations of them, and -h
     early = [w for w in words[:first] if w != "-h" and not (len(w) > 2 and any(o.startswith(w) for o in own))]
     if early:  # pgpong --seed 3 train
