@@ -47,11 +47,15 @@ def joined_cluster(head_cpus: int, node_cpus: list[int], store: int):
     return c, nodes
 
 
+_shared_ray: dict[str, str] = {}  # "address": the GCS of the instance ray_instance started, while it runs
+_modules_asking: dict[object, bool] = {}  # module -> whether one of its tests to run asks for ray_instance
+
+
 @pytest.fixture(scope="module")
 def ray_instance():
     """A local Ray instance for the modules that ask for it, started once (about 3 s each
-    time) and shared, started again only after a module stopped it (test_cluster's own
-    clusters, test_study's checks that nothing started Ray); stopped when the tests end."""
+    time) and shared by the modules in a row that ask for it; stopped at the first test
+    of a module that does not (pytest_runtest_setup below)."""
     import ray
 
     if not ray.is_initialized():
@@ -63,13 +67,33 @@ def ray_instance():
             object_store_memory=200 * 1024**2,
             logging_level=logging.WARNING,
         )
+        _shared_ray["address"] = ray.get_runtime_context().gcs_address
     return ray
 
 
-def pytest_sessionfinish(session, exitstatus):
+def stop_shared_ray() -> None:
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    if ray is not None and ray.is_initialized() and ray.get_runtime_context().gcs_address == _shared_ray.get("address"):
         ray.shutdown()
+    _shared_ray.clear()
+
+
+def pytest_runtest_setup(item):
+    """Idle, the shared instance would still take CPU from the timings and clusters of the
+    modules after it, and a module may check that nothing started Ray: it stops before
+    the first test of a module none of whose tests asks for it."""
+    if not _shared_ray:
+        return
+    if item.module not in _modules_asking:
+        _modules_asking[item.module] = any(
+            "ray_instance" in other.fixturenames for other in item.session.items if other.module is item.module
+        )
+    if not _modules_asking[item.module]:
+        stop_shared_ray()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    stop_shared_ray()
 
 
 def run_here(capsys, *args: str) -> subprocess.CompletedProcess:

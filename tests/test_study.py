@@ -37,14 +37,6 @@ def pgpong(capsys, *args):
     return done.returncode, done.stdout, done.stderr
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_ray_before():
-    """The tests below check that a refused study started no Ray: none from a module before."""
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-
-
 def rows(trial_dir):
     return [r for r in read_progress(trial_dir / "progress.csv") if None not in r.values()]
 
