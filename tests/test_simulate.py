@@ -143,7 +143,9 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     no worker waits for the slowest match of the batch: with full matches of different
     lengths, the workers' idle time with nothing to play is a fraction of a millisecond
     (without a lag, a worker waits about a quarter of the longest match at each batch's
-    end: tens of milliseconds). Up to 10 ms is allowed, for a machine busy with other work."""
+    end: 40-170 ms with this bank, at 1,700-5,000 env steps/s a core). Up to 25 ms is
+    allowed, for a machine busy with other work (10 ms was passed once, with an idle Ray
+    instance of other tests beside it)."""
     proc = run_pgpong(
         "bench", "--simulate", "1x4", "--batch-size", "6", "--bank-matches", "3",
         "--update-batches", "3", "--lag", "1", "--json",
@@ -155,7 +157,8 @@ def test_a_simulated_cluster_with_lag_1_overlaps_the_batches():
     (update,) = report["updates"]
     assert (update["batch_size"], update["workers"], len(update["updates"])) == (6, 4, 3)
     assert update["seconds_per_update"] > 0 and update["bytes_into_driver"] > 0
-    assert all(row["barrier_s"] < 0.01 for row in update["updates"])
+    idle = [row["barrier_s"] for row in update["updates"]]
+    assert all(seconds < 0.025 for seconds in idle), idle
 
 
 @pytest.mark.parametrize("lag,pace", [(0, 0.5), (1, 0.4)])
