@@ -78,6 +78,16 @@ def stop_shared_ray() -> None:
     _shared_ray.clear()
 
 
+@pytest.hookimpl(trylast=True)  # (after -m has deselected)
+def pytest_collection_modifyitems(session, config, items):
+    """The modules that ask for ray_instance run one after another, where the first of
+    them would: one instance for all of them (a start and a stop of about 4 s each)."""
+    asking = {item.module for item in items if "ray_instance" in item.fixturenames}
+    first = next((k for k, item in enumerate(items) if item.module in asking), len(items))
+    rest = items[first:]
+    items[first:] = [i for i in rest if i.module in asking] + [i for i in rest if i.module not in asking]
+
+
 def pytest_runtest_setup(item):
     """Idle, the shared instance would still take CPU from the timings and clusters of the
     modules after it, and a module may check that nothing started Ray: it stops before
