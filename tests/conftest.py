@@ -48,14 +48,14 @@ def joined_cluster(head_cpus: int, node_cpus: list[int], store: int):
 
 
 _shared_ray: dict[str, str] = {}  # "address": the GCS of the instance ray_instance started, while it runs
-_modules_asking: dict[object, bool] = {}  # module -> whether one of its tests to run asks for ray_instance
+_modules_asking: set = set()  # the modules with a test to run that asks for ray_instance (collection's)
 
 
 @pytest.fixture(scope="module")
 def ray_instance():
     """A local Ray instance for the modules that ask for it, started once (about 3 s each
-    time) and shared by the modules in a row that ask for it; stopped at the first test
-    of a module that does not (pytest_runtest_setup below)."""
+    time) and shared by those modules, which run in a row (pytest_collection_modifyitems);
+    stopped at the first test of a module that does not ask for it (pytest_runtest_setup)."""
     import ray
 
     if not ray.is_initialized():
@@ -82,7 +82,8 @@ def stop_shared_ray() -> None:
 def pytest_collection_modifyitems(session, config, items):
     """The modules that ask for ray_instance run one after another, where the first of
     them would: one instance for all of them (a start and a stop of about 4 s each)."""
-    asking = {item.module for item in items if "ray_instance" in item.fixturenames}
+    asking = _modules_asking
+    asking.update(item.module for item in items if "ray_instance" in item.fixturenames)
     first = next((k for k, item in enumerate(items) if item.module in asking), len(items))
     rest = items[first:]
     items[first:] = [i for i in rest if i.module in asking] + [i for i in rest if i.module not in asking]
@@ -92,13 +93,7 @@ def pytest_runtest_setup(item):
     """Idle, the shared instance would still take CPU from the timings and clusters of the
     modules after it, and a module may check that nothing started Ray: it stops before
     the first test of a module none of whose tests asks for it."""
-    if not _shared_ray:
-        return
-    if item.module not in _modules_asking:
-        _modules_asking[item.module] = any(
-            "ray_instance" in other.fixturenames for other in item.session.items if other.module is item.module
-        )
-    if not _modules_asking[item.module]:
+    if _shared_ray and item.module not in _modules_asking:
         stop_shared_ray()
 
 

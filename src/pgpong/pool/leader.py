@@ -53,9 +53,9 @@ class NodeLeader:
         """Play matches from the queue on this node's workers, of whichever batch it
         hands out, until the queue stops (it waits there for the next batch), telling
         it every `report_s` which are finished (placement.report_seconds). Matches
-        played ("play") are summed by batch, and a batch's sum goes to the reducer as soon as the node holds no
-        more of that batch's matches; while the node's last match of it plays, with none
-        left to come, the sum of the others goes ahead."""
+        played ("play") are summed by batch, and a batch's sum goes to the reducer as
+        soon as the node holds no more of that batch's matches; while the node's last
+        match of it plays, with none left to come, the sum of the others goes ahead."""
         import ray
 
         measures = BatchMeasures()
