@@ -4,7 +4,7 @@ import scipy.sparse as sp
 
 from pgpong.frames import D
 from pgpong.original import forward_dense
-from pgpong.policy import Params, RMSProp, backward, forward, inputs_matrix, squared_norm
+from pgpong.policy import EpisodeGradient, Params, RMSProp, backward, forward, inputs_matrix, squared_norm
 
 
 def small_episode(rng, steps=9, inputs=12, hidden=5):
@@ -340,8 +340,8 @@ def test_rmsprop_says_when_the_weights_or_the_cache_stop_being_finite():
     optimizer = RMSProp(0.1, 0.9, cache)
     optimizer.step(weights, grad)
     assert not optimizer.cache_finite and optimizer.weights_finite and np.isinf(cache.W2[3])
-    with pytest.raises(ValueError, match="one contiguous layout"):
-        optimizer.step(weights, Params(np.ascontiguousarray(grad.W1), grad.W2))  # C order against Fortran
+    with pytest.raises(ValueError, match="of one shape"):
+        optimizer.step(weights, Params(grad.W1[:, :7], grad.W2))
     cache.W1[0, 0] = -np.inf  # (only a broken checkpoint could hold one)
     optimizer.step(Params.of(np.ones((4, 8)), np.ones(4)), Params.of(np.ones((4, 8)), np.ones(4)))
     assert not optimizer.cache_finite
@@ -378,3 +378,40 @@ def test_w2_init_scale_scales_w2_and_nothing_else():
     assert plain.W1.tobytes() == small.W1.tobytes()
     np.testing.assert_allclose(small.W2, plain.W2 * 0.1, rtol=1e-6)
     assert Params.initial(200, 0, w2_scale=1.0).W2.tobytes() == plain.W2.tobytes()  # 1: today's bits
+
+
+@pytest.mark.parametrize("max_norm", [None, 1e-3])
+def test_rmsprop_on_a_gradients_touched_columns_has_the_bits_of_its_dense_step(max_norm):
+    """A cluster's reducer steps on the batch's touched columns of W1 (EpisodeGradient),
+    the trainer on the dense gradient: the other columns' gradient is zero, and the
+    weights, cache and norms must come out the same to the bit. In two calls, apply()
+    moves the weights (the reducer publishes them) before measure() sums the norms."""
+    rng = np.random.default_rng(17)
+    for columns in ([0, 3, 4, 90, 99], [], list(range(100))):
+        weights = Params.of(rng.standard_normal((6, 100)) * 0.1, rng.standard_normal(6))
+        cache = Params.of(rng.random((6, 100)) * 1e-3, rng.random(6) * 1e-3)
+        cache.W1[:, 1] = 0  # an untouched column with nothing cached: its update is 0 / eps
+        sparse = EpisodeGradient(
+            np.array(columns, dtype=np.int16),
+            np.asarray(rng.standard_normal((6, len(columns))), dtype=np.float32, order="C"),
+            rng.standard_normal(6).astype(np.float32),
+        )
+        dense_w, dense_c = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+        by_dense = RMSProp(0.011, 0.7, dense_c, max_norm)
+        by_dense.step(dense_w, sparse.dense(100))
+        by_columns = RMSProp(0.011, 0.7, cache, max_norm)
+        before = weights.W1.copy()
+        by_columns.apply(weights, sparse)
+        assert weights.W1.tobytes() == dense_w.W1.tobytes()
+        assert np.array_equal(before, weights.W1) == (not columns)  # (moved by apply(), where touched)
+        assert by_columns.weight_squares == (0.0, 0.0)  # (not yet summed)
+        by_columns.measure(weights)
+        for got, want in [(weights, dense_w), (cache, dense_c)]:
+            assert got.W1.tobytes() == want.W1.tobytes() and got.W2.tobytes() == want.W2.tobytes()
+        for name in ("last_update_norm", "last_clip", "weight_squares", "weights_finite", "cache_finite"):
+            assert getattr(by_columns, name) == getattr(by_dense, name), name
+    assert max_norm is None or by_dense.last_clip < 1  # (the bound clips)
+    for bad in ([3, 3], [5, 2], [-1, 2], [2, 100]):
+        grad = EpisodeGradient(np.array(bad), np.zeros((6, 2), np.float32), np.zeros(6, np.float32))
+        with pytest.raises(ValueError, match="sorted pixels of 100, each once"):
+            RMSProp(0.01, 0.9, cache).step(weights, grad)

@@ -238,8 +238,11 @@ class RMSProp:
 
     Each float32 operation is numpy's, in numpy's order, so the bits are those of the
     plain numpy lines (tests/test_policy.py keeps them as the reference); the work is
-    two passes over the arrays (numba) instead of about ten, and the norms are summed
-    as numpy sums (`squared_norm`) inside the step rather than after it.
+    one pass over the arrays (numba) instead of about ten, two with clipping, and the
+    norms are summed as numpy sums (`squared_norm`). The gradient may come dense or as
+    W1's touched columns (an EpisodeGradient: the others are zero, to the same bits).
+    A step is apply(), which moves the weights and cache, then measure(), which sums
+    the norms: a cluster's reducer publishes the weights between the two.
     """
 
     eps = 1e-5
@@ -253,70 +256,133 @@ class RMSProp:
         self.last_update_norm = 0.0  # the last update's L2 norm, as added (clipped: its norm before times last_clip)
         self.weight_squares = (0.0, 0.0)  # squared L2 norms of W1 and W2 after the last step
         self.weights_finite = self.cache_finite = True  # after the last step
+        self._updates: list[np.ndarray] = []  # the last apply()'s updates, until measure()
 
-    def step(self, weights: Params, grad: Params) -> None:
-        pairs = [(getattr(weights, n), getattr(grad, n), getattr(self.cache, n)) for n in ("W1", "W2")]
-        updates, squares, self.cache_finite = [], 0.0, True
-        for w, g, c in pairs:
-            flat_w, flat_g, flat_c = _flat(w, g, c)
+    def step(self, weights: Params, grad: Params | EpisodeGradient) -> None:
+        self.apply(weights, grad)
+        self.measure(weights)
+
+    def apply(self, weights: Params, grad: Params | EpisodeGradient) -> None:
+        """The weights and the cache moved by the step on `grad`, and whether they stay
+        finite; the norms wait for measure() (with clipping, the update's is needed
+        first, and is summed here)."""
+        clipping = bool(self.max_update_norm)  # (0 or None: no clipping)
+        self._updates, self.cache_finite, self.weights_finite = [], True, True
+        pairs = zip((weights.W1, weights.W2), (self.cache.W1, self.cache.W2), strict=True)
+        for (w, c), (columns, g) in zip(pairs, _by_columns(grad, weights.W1.shape[1]), strict=True):
+            if w.shape != c.shape or _columns_of(g).shape != (len(_columns_of(w)), len(columns)):
+                raise ValueError("RMSProp needs weights, gradient and cache of one shape")
             kind = g.dtype.type
-            update = np.empty_like(flat_g)
-            self.cache_finite &= _rmsprop_pass(
-                flat_g,
-                flat_c,
-                update,
+            update = np.empty_like(w, dtype=g.dtype)  # (w's layout: its norm is summed in w's memory order)
+            finite = _rmsprop_columns(
+                _columns_of(w),
+                _columns_of(c),
+                _columns_of(update),
+                columns,
+                _columns_of(g),
                 kind(self.decay_rate),
                 kind(1 - self.decay_rate),
                 kind(self.learning_rate),
                 kind(self.eps),
+                not clipping,
             )
-            squares += squared_norm(update)  # (a Python sum from 0, as before)
-            updates.append((flat_w, update))
-        norm = math.sqrt(squares)
-        limit = self.max_update_norm
-        self.last_clip = limit / norm if limit and norm > limit else 1.0  # (0 or None: no clipping)
-        self.last_update_norm = norm * self.last_clip
-        for flat_w, update in updates:  # W <- W + the update (times last_clip, in the weights' precision)
-            _add_pass(flat_w, update, flat_w.dtype.type(self.last_clip))
+            self.cache_finite &= bool(finite[0])
+            self.weights_finite &= bool(finite[1])
+            self._updates.append(update)
+        self.last_clip, self.last_update_norm = 1.0, -1.0  # (-1: not summed yet)
+        if clipping:
+            norm = self._update_norm()
+            limit = float(self.max_update_norm or 0)
+            self.last_clip = limit / norm if norm > limit else 1.0
+            self.last_update_norm = norm * self.last_clip
+            for w, update in zip((weights.W1, weights.W2), self._updates, strict=True):  # W += update x the clip
+                self.weights_finite &= _add_columns(_columns_of(w), _columns_of(update), w.dtype.type(self.last_clip))
+
+    def measure(self, weights: Params) -> None:
+        """The last step's update norm (if apply() did not need it) and the weights'
+        squared norms."""
+        if self.last_update_norm < 0:
+            self.last_update_norm = self._update_norm()
+        self._updates = []
         self.weight_squares = (squared_norm(weights.W1), squared_norm(weights.W2))
-        self.weights_finite = all(math.isfinite(s) for s in self.weight_squares)  # (a float32 squared never overflows)
+
+    def _update_norm(self) -> float:
+        squares = 0.0
+        for update in self._updates:
+            squares += squared_norm(update)  # (a Python sum from 0, as before)
+        return math.sqrt(squares)
 
 
-def _flat(*arrays: np.ndarray) -> list[np.ndarray]:
-    """Arrays of one shape, all Fortran-contiguous or all C-contiguous, as flat views of
-    their memory in that order, element k of each the same entry (with one unit, a
-    (1, D) array is both, whatever its strides); raises rather than let a copy take an
-    in-place write."""
-    if any(array.shape != arrays[0].shape for array in arrays):
-        raise ValueError("RMSProp needs weights, gradient and cache of one shape")
-    if all(array.flags.f_contiguous for array in arrays):
-        return [array.ravel(order="F") for array in arrays]
-    if all(array.flags.c_contiguous for array in arrays):
-        return [array.ravel(order="C") for array in arrays]
-    raise ValueError("RMSProp needs weights, gradient and cache of one contiguous layout")
+def _by_columns(grad: Params | EpisodeGradient, inputs: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """W1's and W2's gradients as (the columns given, their values): an
+    EpisodeGradient's touched columns (sorted, each once), or every column."""
+    if isinstance(grad, Params):
+        return [(np.arange(inputs), grad.W1), (np.zeros(1, np.int64), grad.W2)]
+    columns = np.asarray(grad.columns)
+    if len(columns) and not (columns[0] >= 0 and columns[-1] < inputs and (np.diff(columns) > 0).all()):
+        raise ValueError(f"a gradient's columns must be sorted pixels of {inputs}, each once")
+    if grad.W1_columns.shape[1:] != columns.shape:
+        raise ValueError("a gradient's W1 columns do not match its pixels")
+    return [(columns, np.asfortranarray(grad.W1_columns)), (np.zeros(1, np.int64), grad.W2)]  # (a column a read)
+
+
+def _columns_of(array: np.ndarray) -> np.ndarray:
+    """A 2-D view, whatever the strides (written through): W1 as it is, W2 as one column."""
+    return array[:, np.newaxis] if array.ndim == 1 else array
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _rmsprop_pass(g, c, update, decay, keep, lr, eps):
-    """c <- c*decay + (g*g)*keep;  update <- g / (sqrt(c) + eps) * lr, each product and
-    sum rounded to the arrays' precision as numpy does; whether c stays finite. (numpy's
-    error model: no division check, so the loop runs in vector instructions.)"""
+def _rmsprop_columns(w, c, update, columns, g, decay, keep, lr, eps, add):
+    """Over (H, D) arrays, column j's gradient g[:, k] where columns[k] == j, else 0:
+    c <- c*decay + (g*g)*keep;  update <- g / (sqrt(c) + eps) * lr;  and if `add`,
+    w <- w + update, each product and sum rounded to the arrays' precision as numpy
+    does; whether c and w stay finite."""
+    zeros = np.zeros(w.shape[0], dtype=g.dtype)
+    bad_c = bad_w = False
+    k = 0
+    for j in range(w.shape[1]):
+        if k < columns.size and columns[k] == j:
+            bad = _rmsprop_column(w[:, j], c[:, j], update[:, j], g[:, k], decay, keep, lr, eps, add)
+            k += 1
+        else:
+            bad = _rmsprop_column(w[:, j], c[:, j], update[:, j], zeros, decay, keep, lr, eps, add)
+        bad_c |= bad[0]
+        bad_w |= bad[1]
+    return not bad_c, not bad_w
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _rmsprop_column(w, c, update, g, decay, keep, lr, eps, add):
+    """One column of _rmsprop_columns: whether c and w are not finite. (numpy's error
+    model: no division check, so the loop runs in vector instructions.)"""
     big = c.dtype.type(np.finfo(c.dtype).max)
-    bad = False
-    for i in range(g.size):
-        gi = g[i]
-        ci = c[i] * decay + gi * gi * keep
-        c[i] = ci
-        update[i] = gi / (np.sqrt(ci) + eps) * lr
-        bad |= not abs(ci) <= big  # (NaN compares false; -inf only from a broken cache)
-    return not bad
+    bad_c = bad_w = False
+    for h in range(w.size):
+        gi = g[h]
+        ci = c[h] * decay + gi * gi * keep
+        c[h] = ci
+        ui = gi / (np.sqrt(ci) + eps) * lr
+        update[h] = ui
+        bad_c |= not abs(ci) <= big  # (NaN compares false; -inf only from a broken cache)
+        if add:
+            wi = w[h] + ui
+            w[h] = wi
+            bad_w |= not abs(wi) <= big
+    return bad_c, bad_w
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _add_pass(w, update, clip):
-    """w <- w + update * clip (a clip of 1 changes no bit of the update)."""
-    for i in range(w.size):
-        w[i] += update[i] * clip
+def _add_columns(w, update, clip):
+    """Over (H, D) arrays: w <- w + update * clip (a clip of 1 changes no bit of the
+    update); whether w stays finite."""
+    big = w.dtype.type(np.finfo(w.dtype).max)
+    bad = False
+    for j in range(w.shape[1]):
+        for h in range(w.shape[0]):
+            wi = w[h, j] + update[h, j] * clip
+            w[h, j] = wi
+            bad |= not abs(wi) <= big
+    return not bad
 
 
 def squared_norm(array: np.ndarray) -> float:

@@ -48,7 +48,7 @@ class Ahead:
             (None, None) if sent == state else (StoredWeights.of(plan.weights), StoredWeights.of(plan.cache))
         )
         settings = (plan.learning_rate, plan.decay_rate, plan.max_update_norm)
-        order = StepOrder(state, plan.weights.W1.shape[1], *settings, weights, cache)
+        order = StepOrder(state, *settings, weights, cache)
         return reducer.step_ahead.remote(queue, parts, order, plan.ticket)
 
     def received(self, answer: Total | Stepped) -> Total:

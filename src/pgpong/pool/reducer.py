@@ -65,7 +65,6 @@ class StepOrder:
     its copy is not of the plan's state."""
 
     state: tuple[str, int]
-    inputs: int
     learning_rate: float
     decay_rate: float
     max_update_norm: float | None
@@ -95,11 +94,12 @@ class Mirror:
 
     def step(
         self, total: EpisodeGradient, order: StepOrder, start: list[Params] | None
-    ) -> tuple[Params, tuple[float, float]] | None:
+    ) -> tuple[Params, RMSProp] | None:
         """The step `order` says, taken on a batch's `total` (from `start`, the order's
-        weights and cache, if it brought them): the new weights and their squared norms,
-        if it could be taken and they, the gradient and the cache are finite (else the
-        trainer's own step raises)."""
+        weights and cache, if it brought them): the new weights, and the optimizer whose
+        measure() then sums their norms, if the step could be taken and they, the
+        gradient and the cache are finite (else the trainer's own step raises). On the
+        total's touched columns only: the bits of the trainer's step on it dense."""
         if start is not None:
             self.weights, self.cache = (Params.of(params.W1, params.W2) for params in start)  # (writable)
             self.state = order.state
@@ -107,11 +107,11 @@ class Mirror:
             return None
         self.state = None  # (until the step is good)
         optimizer = RMSProp(order.learning_rate, order.decay_rate, self.cache, order.max_update_norm)
-        optimizer.step(self.weights, total.dense(order.inputs))  # (a gradient not finite makes the cache so)
+        optimizer.apply(self.weights, total)  # (a gradient not finite makes the cache so)
         if not (optimizer.weights_finite and optimizer.cache_finite):
             return None
         self.state = (order.state[0], order.state[1] + 1)
-        return self.weights, optimizer.weight_squares
+        return self.weights, optimizer
 
 
 class Reducer:
@@ -213,7 +213,8 @@ class Reducer:
                 )
                 made = self.mirror.step(total.grad, order, start)
                 if made is not None and await queue.publish_stepped.remote(batch, publish(made[0])[0]):
-                    return Stepped(batch, total, self.mirror.state, made[1])
+                    made[1].measure(made[0])  # (the norms once the weights are out: the next batch waits for them)
+                    return Stepped(batch, total, self.mirror.state, made[1].weight_squares)
                 return Stepped(batch, total, self.mirror.state, None)
             except Exception:  # (the store full, say): the trainer's publish brings the weights
                 self.mirror.state = None
