@@ -186,7 +186,7 @@ class ScriptedPool(OneBatchAtATime):
         for result in self.results(weights, episodes):
             total.add(IntegerGradient.of(result.grad))
             finished(result.stats())
-        return BatchResult(total.to_params(), BatchMeasures())
+        return BatchResult(total.rounded(), BatchMeasures())
 
     def results(self, weights, episodes):
         """The episodes' results, in order (subclasses change them)."""

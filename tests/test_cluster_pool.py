@@ -161,7 +161,7 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
     weights, episodes = Params.initial(16, 2), [EpisodeId(3, 9, k) for k in range(6)]
     local = LocalPool(WORKERS)
     try:
-        expected = local.play_batch(weights, episodes).grad
+        expected = local.play_batch(weights, episodes).grad.dense()
     finally:
         local.close()
 
@@ -183,9 +183,9 @@ def test_an_announced_batch_waits_for_its_weights_and_a_cancel_lets_its_workers_
         ticket = announced()
         pool.publish(ticket, weights)
         published = pool.collect([ticket])
-    for grad in (played.grad, published.grad):
-        np.testing.assert_array_equal(grad.W1, expected.W1)
-        np.testing.assert_array_equal(grad.W2, expected.W2)
+    for summed in (played.grad.dense(), published.grad.dense()):
+        np.testing.assert_array_equal(summed.W1, expected.W1)
+        np.testing.assert_array_equal(summed.W2, expected.W2)
 
 
 @contextlib.contextmanager
@@ -221,7 +221,7 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
         first = pool.submit(weights, episodes[0])
         second = pool.announce(episodes[1])
         played = pool.collect([first], step=StepPlan(second, "a test", 7, 0.01, 0.9, None, weights, cache))
-        np.testing.assert_array_equal(played.grad.W1, local.play_batch(weights, episodes[0]).grad.W1)
+        np.testing.assert_array_equal(played.grad.dense().W1, local.play_batch(weights, episodes[0]).grad.dense().W1)
         mine, my_cache = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
         RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
         assert not np.array_equal(mine.W1, weights.W1)
@@ -230,7 +230,7 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
         third = pool.announce(episodes[2])
         wrong = StepPlan(third, "a test", 8, 0.02, 0.9, None, mine, my_cache)  # (the trainer will use 0.01)
         played = pool.collect([second], step=wrong)
-        np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+        np.testing.assert_array_equal(played.grad.dense().W1, local.play_batch(mine, episodes[1]).grad.dense().W1)
         RMSProp(0.01, 0.9, my_cache).step(mine, played.grad)
         with pytest.raises(PoolError, match="not the trainer's"):
             pool.publish(third, mine)
@@ -256,13 +256,13 @@ def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
         assert pool.queue_calls().get("stepped ahead", 0) == 0
         third = pool.announce(episodes[2])
         played = pool.collect([second], step=StepPlan(third, "a test", 1, 0.01, 0.9, None, mine, cache))
-        np.testing.assert_array_equal(played.grad.W1, local.play_batch(mine, episodes[1]).grad.W1)
+        np.testing.assert_array_equal(played.grad.dense().W1, local.play_batch(mine, episodes[1]).grad.dense().W1)
         stepped, my_cache = Params.of(mine.W1, mine.W2), Params.of(cache.W1, cache.W2)
         RMSProp(0.01, 0.9, my_cache).step(stepped, played.grad)
         pool.publish(third, stepped)  # checked against the reducer's
         assert pool.queue_calls()["stepped ahead"] == 1
         played = pool.collect([third])
-        np.testing.assert_array_equal(played.grad.W1, local.play_batch(stepped, episodes[2]).grad.W1)
+        np.testing.assert_array_equal(played.grad.dense().W1, local.play_batch(stepped, episodes[2]).grad.dense().W1)
 
 
 class BrokenPipePool(ClusterPool):

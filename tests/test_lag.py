@@ -156,7 +156,8 @@ def test_a_lag_share_steps_on_the_sum_of_its_two_parts(tmp_path):
         pool.close()
     weights, cache = Params.of(one.weights.W1, one.weights.W2), Params.of(one.cache.W1, one.cache.W2)
     RMSProp(config.learning_rate, config.decay_rate, cache, config.max_update_norm).step(
-        weights, Params(stale.grad.W1 + fresh.grad.W1, stale.grad.W2 + fresh.grad.W2)
+        weights,
+        Params(stale.grad.dense().W1 + fresh.grad.dense().W1, stale.grad.W2 + fresh.grad.W2),  # (float32)
     )
     assert same(weights, two.weights) and same(two.previous, one.weights)
     # not the same as either lag: all five with one set of weights gives other bits; a

@@ -203,7 +203,7 @@ def test_play_batch_hears_the_matches_in_episode_order_and_sums_them_as_this_pro
         pool.close()
     alone = played_here(weights, episodes)
     assert [stats.episode for stats in heard] == episodes
-    np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+    np.testing.assert_array_equal(played.grad.dense().W1, alone.grad.dense().W1)
     np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
     assert played.measures.bytes_in > 0 and played.measures.barrier_s is not None
     assert alone.measures.bytes_in == 0 and alone.measures.barrier_s is None
@@ -227,7 +227,7 @@ def test_workers_per_cpu_share_a_node_and_sum_as_this_process_does(ray_instance)
     finally:
         pool.close()
     alone = played_here(weights, episodes)
-    np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+    np.testing.assert_array_equal(played.grad.dense().W1, alone.grad.dense().W1)
     np.testing.assert_array_equal(played.grad.W2, alone.grad.W2)
 
 
@@ -246,7 +246,7 @@ def test_workers_per_cpu_auto_gives_each_match_a_worker_if_four_a_cpu_or_fewer_d
             if matches == 4:
                 episodes = [EpisodeId(3, 0, k) for k in range(4)]
                 played, alone = pool.play_batch(weights, episodes), played_here(weights, episodes)
-                np.testing.assert_array_equal(played.grad.W1, alone.grad.W1)
+                np.testing.assert_array_equal(played.grad.dense().W1, alone.grad.dense().W1)
         finally:
             pool.close()
     pool = open_pool(settings, 3, None, note=said.append, per_cpu="auto", matches=4)  # fewer asked: said so

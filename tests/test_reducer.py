@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from pgpong.policy import Params
 from pgpong.pool.base import BatchMeasures, BatchResult
 from pgpong.pool.reducer import NodeShare, Reducer
 from pgpong.pool.sums import ExactSum, IntegerGradient
@@ -75,15 +76,17 @@ def test_a_batch_in_two_parts_leaves_as_one_array_with_the_bits_of_their_dense_s
         assert await reducer.add(1, 1, IntegerGradient.of(grads[1]), [1], NodeShare(7, 100.0))
         await asyncio.wait_for(first_done, 5)
         total = await asyncio.wait_for(result, 5)
-        dense = []
+        dense, parts = [], []
         for part in (grads[:2], grads[2:]):
             exact = ExactSum(H)
             for grad in part:
                 exact.add(grad)
             dense.append(exact.to_params())
-        expected = BatchResult(dense[0], BatchMeasures()).plus(BatchResult(dense[1], BatchMeasures())).grad
-        got = total.grad.dense()
-        assert np.array_equal(got.W1, expected.W1) and np.array_equal(got.W2, expected.W2)
+            parts.append(exact.rounded())
+        expected = Params(dense[0].W1 + dense[1].W1, dense[0].W2 + dense[1].W2)  # (float32, in this order)
+        plus = BatchResult(parts[0], BatchMeasures()).plus(BatchResult(parts[1], BatchMeasures())).grad
+        for got in (plus.dense(), total.grad.dense()):  # the trainer's sum of two parts, and the reducer's
+            assert np.array_equal(got.W1, expected.W1) and np.array_equal(got.W2, expected.W2)
         assert len(total.grad.columns) < got.W1.shape[1]  # kept on the pixels the parts touched
         assert total.workers == 1 and total.idle_s < 100  # the last part's node alone
         assert await reducer.sent_ahead() == {0: 2, 1: 1}

@@ -121,7 +121,9 @@ class Trainer:
         checked = (state.batch + 1, step, batch_size)
         grad = played.grad
         _check_finite(
-            bool(np.isfinite(grad.W1).all() and np.isfinite(grad.W2).all()), "the batch's summed gradient", *checked
+            bool(np.isfinite(grad.W1_columns).all() and np.isfinite(grad.W2).all()),
+            "the batch's summed gradient",
+            *checked,
         )
         with signals_held():  # the step, the counters and the row: all of the batch or none of it
             self._half_done = True  # until the step is finite and the row written: nothing of it may be saved

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pgpong.errors import PgpongError
-from pgpong.policy import Params
+from pgpong.policy import EpisodeGradient, Params
+from pgpong.pool.sums import added
 from pgpong.rollout import EpisodeId, EpisodeStats, MatchResult
 
 
@@ -83,11 +84,11 @@ class BatchMeasures:
 
 @dataclass
 class BatchResult:
-    """A batch played: the exact sum of its matches' gradients (pool/sums.py), as
-    float32 weights-shaped arrays (NaN if a gradient was too large to sum), and what
-    playing it measured."""
+    """A batch played: the exact sum of its matches' gradients (pool/sums.py) in
+    float32, on the pixels they touched (NaN if a gradient was too large to sum), and
+    what playing it measured."""
 
-    grad: Params
+    grad: EpisodeGradient
     measures: BatchMeasures
 
     def plus(self, later: BatchResult) -> BatchResult:
@@ -103,7 +104,7 @@ class BatchResult:
             a.replaced + b.replaced,
             {k: a.node_seconds.get(k, 0.0) + b.node_seconds.get(k, 0.0) for k in {**a.node_seconds, **b.node_seconds}},
         )
-        return BatchResult(Params(self.grad.W1 + later.grad.W1, self.grad.W2 + later.grad.W2), measures)
+        return BatchResult(added(self.grad, later.grad), measures)
 
 
 class InOrder:

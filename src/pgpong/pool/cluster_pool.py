@@ -57,7 +57,6 @@ from pgpong.pool.base import (
 from pgpong.pool.leader import NodeDone, NodeLeader
 from pgpong.pool.queue import Heard, WorkQueue
 from pgpong.pool.reducer import Reducer, Total
-from pgpong.pool.sums import SUMMING
 from pgpong.pool.worker import StoredWeights, WorkerKind, worker_env
 from pgpong.rollout import EpisodeId, MatchResult
 
@@ -75,7 +74,6 @@ class _InPlay:
     method: str
     measures: BatchMeasures
     added: float = field(default_factory=time.monotonic)  # when it went into the queue
-    inputs: int = 0  # the weights' inputs (W1's columns), for "play"
     heard: list[tuple[int, Any]] = field(default_factory=list)  # (position, stats or result) not yet handed on
     reported: set[int] = field(default_factory=set)
 
@@ -154,9 +152,7 @@ class ClusterPool:
         queue has published them, it reuses them, and no 5 MB goes out again). A ticket
         for collect."""
         like = self._renamed.get(like, like) if like is not None else None
-        batch = self._add("play", weights, episodes, BatchMeasures(), like=like)
-        self._in_play[batch].inputs = weights.W1.shape[1]
-        return batch
+        return self._add("play", weights, episodes, BatchMeasures(), like=like)
 
     def announce(self, episodes: list[EpisodeId]) -> int:
         """Add the next batch to the queue before its weights exist: its matches are
@@ -185,7 +181,7 @@ class ClusterPool:
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
-        in_play.inputs, in_play.added = weights.W1.shape[1], when
+        in_play.added = when
 
     def _recall(self) -> None:
         """Drop the announced batches from the queue, to be added again when published:
@@ -224,13 +220,10 @@ class ClusterPool:
         began = time.perf_counter()
         total = self._ahead.received(self._ray.get(result, timeout=self._limits.stall_s))
         measures.add_seconds("wait for the reducer", time.perf_counter() - began)
-        began = time.perf_counter()
-        grad = total.grad.dense(in_play.inputs)
-        measures.add_seconds(SUMMING, time.perf_counter() - began)
         measures.bytes_in = total.grad.nbytes
         measures.replaced = self.replaced - replaced
         self._account(in_play, total)
-        return BatchResult(grad, measures)
+        return BatchResult(total.grad, measures)
 
     def _account(self, in_play: _InPlay, total: Total) -> None:
         """The barrier (a worker's mean idle time at the batch's end: the nodes' own

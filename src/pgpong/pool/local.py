@@ -34,7 +34,7 @@ class LocalPool(OneBatchAtATime):
             assert isinstance(played, Played)  # (Skipped only for weights still to come)
             total.add(played.grad)
             finished(played.stats)
-        grad = total.to_params()
+        grad = total.rounded()
         measures.add_seconds(SUMMING, total.seconds)
         return BatchResult(grad, measures)
 

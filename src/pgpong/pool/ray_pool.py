@@ -192,7 +192,7 @@ class RayPool(OneBatchAtATime):
         for position, played in self.run(deque(enumerate(episodes)), lambda key: job, measures=measures):
             total.add(played.grad)
             in_order.add(position, played.stats)
-        grad = total.to_params()
+        grad = total.rounded()
         measures.add_seconds(SUMMING, total.seconds)
         measures.replaced = self.replaced - replaced
         return BatchResult(grad, measures)
