@@ -36,7 +36,7 @@ def exact_sum(grads, order=None, groups=1, as_sent=True):
     total = ExactSum(H)
     for part in reversed(parts):
         total.add(part.compact())
-    return total.to_params()
+    return total.rounded().dense()
 
 
 def test_any_order_and_any_grouping_give_the_same_bits():

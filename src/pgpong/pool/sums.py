@@ -31,7 +31,7 @@ import numba
 import numpy as np
 
 from pgpong.frames import D
-from pgpong.policy import EpisodeGradient, Params
+from pgpong.policy import EpisodeGradient
 from pgpong.rollout import EpisodeStats
 
 SCALE_BITS = 36  # values are kept as integer multiples of 2**-36
@@ -186,15 +186,6 @@ class ExactSum:
         grad = _in_floats(self.W1, columns, columns, self.W2, self.too_large, dtype)
         self.seconds += time.perf_counter() - began
         return grad
-
-    def to_params(self, dtype: type = np.float32) -> Params:
-        """The sum as weights-shaped float32 arrays (W1 in Fortran order); NaN if it is
-        too large to be exact."""
-        grad = self.rounded(dtype)
-        began = time.perf_counter()
-        params = grad.dense()
-        self.seconds += time.perf_counter() - began
-        return params
 
 
 def added(first: EpisodeGradient, then: EpisodeGradient) -> EpisodeGradient:
