@@ -342,6 +342,11 @@ def test_rmsprop_says_when_the_weights_or_the_cache_stop_being_finite():
     assert not optimizer.cache_finite and optimizer.weights_finite and np.isinf(cache.W2[3])
     with pytest.raises(ValueError, match="of one shape"):
         optimizer.step(weights, Params(grad.W1[:, :7], grad.W2))
+    before = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+    with pytest.raises(ValueError, match="of one shape"):
+        optimizer.step(weights, Params(grad.W1, grad.W2[:3]))  # W2's does not fit: nothing moves, W1 neither
+    for got, want in zip((weights, cache), before, strict=True):
+        assert got.W1.tobytes() == want.W1.tobytes() and got.W2.tobytes() == want.W2.tobytes()
     cache.W1[0, 0] = -np.inf  # (only a broken checkpoint could hold one)
     optimizer.step(Params.of(np.ones((4, 8)), np.ones(4)), Params.of(np.ones((4, 8)), np.ones(4)))
     assert not optimizer.cache_finite

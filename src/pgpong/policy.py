@@ -269,9 +269,11 @@ class RMSProp:
         clipping = bool(self.max_update_norm)  # (0 or None: no clipping)
         self._updates, self.cache_finite, self.weights_finite = [], True, True
         pairs = zip((weights.W1, weights.W2), (self.cache.W1, self.cache.W2), strict=True)
-        for (w, c), (columns, g) in zip(pairs, _by_columns(grad, weights.W1.shape[1]), strict=True):
+        parts = list(zip(pairs, _by_columns(grad, weights.W1.shape[1]), strict=True))
+        for (w, c), (columns, g) in parts:  # (all checked before anything moves)
             if w.shape != c.shape or _columns_of(g).shape != (len(_columns_of(w)), len(columns)):
                 raise ValueError("RMSProp needs weights, gradient and cache of one shape")
+        for (w, c), (columns, g) in parts:
             kind = g.dtype.type
             update = np.empty_like(w, dtype=g.dtype)  # (w's layout: its norm is summed in w's memory order)
             finite = _rmsprop_columns(
