@@ -291,7 +291,7 @@ class RMSProp:
             self.cache_finite &= bool(finite[0])
             self.weights_finite &= bool(finite[1])
             self._updates.append(update)
-        self.last_clip, self.last_update_norm = 1.0, -1.0  # (-1: not summed yet)
+        self.last_clip = 1.0
         if clipping:
             norm = self._update_norm()
             limit = float(self.max_update_norm or 0)
@@ -301,9 +301,9 @@ class RMSProp:
                 self.weights_finite &= _add_columns(_columns_of(w), _columns_of(update), w.dtype.type(self.last_clip))
 
     def measure(self, weights: Params) -> None:
-        """The last step's update norm (if apply() did not need it) and the weights'
-        squared norms."""
-        if self.last_update_norm < 0:
+        """The last step's update norm (unless apply() needed it to clip) and the
+        weights' squared norms."""
+        if not self.max_update_norm:
             self.last_update_norm = self._update_norm()
         self._updates = []
         self.weight_squares = (squared_norm(weights.W1), squared_norm(weights.W2))
