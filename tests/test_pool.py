@@ -163,11 +163,21 @@ def test_ray_pool_gives_each_match_to_the_first_free_worker(ray_instance, monkey
             while pool.num_workers < 2:
                 pool.crew.poll_starting(timeout=1.0)
         job = ("play", publish(weights)[0], ())
-        arrived = list(pool.run(deque(enumerate(episodes)), lambda key: job))
+        arrived, ended = [], []
+        with hang_guard(120):
+            for position, result in pool.run(deque(enumerate(episodes)), lambda key: job):
+                arrived.append((position, result))
+                if len(arrived) in (1, 6):  # the slow one plays on; then, all in but 2, it ends unread
+                    ended.append(pool.ended(lambda key: key == 0))
+                if len(arrived) == 6:
+                    while not pool.ended(lambda key: key == 0):
+                        time.sleep(0.01)
+                    ended.append(pool.ended(lambda key: key in (0, 1, 3, 4, 5, 6, 7)))
     finally:
         pool.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert [position for position, _ in arrived][-2:] == [0, 2]  # as they finish: the slow one, then its queue
+    assert ended == [0, 0, 1]  # (the calls in flight that ended, not yet read: the others were read)
     results = dict(arrived)
     # Each worker took one episode and, with 6 left for 2 workers, held the next in its
     # queue: episode 2 waited behind the slow one. The rest, handed out as workers

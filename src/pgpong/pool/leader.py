@@ -55,7 +55,8 @@ class NodeLeader:
         it every `report_s` which are finished (placement.report_seconds). Matches
         played ("play") are summed by batch, and a batch's sum goes to the reducer as
         soon as the node holds no more of that batch's matches; while the node's last
-        match of it plays, with none left to come, the sum of the others goes ahead."""
+        match of it plays, with none left to come, the sum of the others goes ahead
+        (not once it has ended: its result is next in, and one hand-over is quicker)."""
         import ray
 
         measures = BatchMeasures()
@@ -66,6 +67,7 @@ class NodeLeader:
         alone: dict[int, tuple[EpisodeGradient, list[int]]] = {}  # batch -> that last match, once played
         finished: Finished = []  # (batch, position, stats or result) not yet reported
         last = time.monotonic()
+        ended = lambda batch: self.pool.ended(lambda key: key[0] == batch)  # noqa: E731
         for (batch, position), result in _played(self.pool.run(deque(), feed.job, measures=measures, feed=feed), feed):
             left = feed.done(batch)
             for gone in feed.dropped:  # cancelled: its sums are of no use
@@ -91,10 +93,13 @@ class NodeLeader:
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
-            elif left == 1 and not feed.left_of(batch) and batch in sums and batch not in ahead:
+            elif left == 1 and not feed.left_of(batch) and batch in sums and batch not in ahead and not ended(batch):
                 # One match of the batch still plays here and no more will come: what is
                 # summed goes ahead, so that the last hand-over carries one match, not the
                 # node's sum (its transfer and its addition were most of an update's end).
+                # Not if that match has ended already, its result next in: at a batch's end
+                # results come in bursts, and a sum ahead then added a hand-over and a
+                # report (about 4 ms each) to the update's end (docs/SCALING.md).
                 # Their stats first: were the node lost, the matches in its sums would not
                 # be played again, and the driver must have heard of them.
                 finished, last = self._report(queue, node, finished), time.monotonic()

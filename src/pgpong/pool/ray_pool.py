@@ -170,6 +170,7 @@ class RayPool(OneBatchAtATime):
         self._watch = Watch(limits.stuck_floor_s, limits.stuck_multiple)
         self._waiting = {}
         self._hand: HandOut | None = None  # the hand-out of the run in progress
+        self._running: dict = {}  # the calls in flight of the run in progress
         self.crew = Crew(settings, num_workers or cluster_cpus(), kind or WorkerKind(RolloutWorker), node_id, limits)
 
     @property
@@ -225,7 +226,7 @@ class RayPool(OneBatchAtATime):
         last_progress = time.monotonic()
         more = lambda: feed is not None and not feed.exhausted  # noqa: E731
         watch = self._watch.new_batch()
-        self._hand = hand
+        self._hand, self._running = hand, running
         waits = feed.waits if feed is not None else lambda key: False
         while todo or running or more():
             began = time.perf_counter()
@@ -293,6 +294,12 @@ class RayPool(OneBatchAtATime):
             running[getattr(worker, method).remote(published, list(episode), *args)] = (worker, key, episode)
             if not waits(key):
                 self._watch.busy(worker)
+
+    def ended(self, which: Callable[[Any], bool]) -> int:
+        """How many calls in flight of the run in progress, of the keys `which` takes,
+        have ended, their results not yet read (nothing is fetched to know it)."""
+        refs = [ref for ref, (_, key, _) in self._running.items() if which(key)]
+        return len(self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0]) if refs else 0
 
     def idle_seconds(self) -> float:
         """The seconds the workers of the run in progress have been idle, with nothing
