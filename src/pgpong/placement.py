@@ -74,10 +74,11 @@ def groups(workers: int, at_most: int) -> list[int]:
 
 
 # The cluster pool's (pool/cluster_pool.py) cadences and leaders, here for the model (scaling/model.py) too:
-# A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each):
-# a node with more workers gets several leaders, so that a batch's first matches all
-# start within a few milliseconds.
-LEADER_WORKERS = 32
+# A leader hands its workers their matches one Ray call at a time (about 0.5-1 ms each),
+# but the next batch's calls go out while this one plays, so they are off the batch's
+# start. A node of up to 64 workers has one leader, whose sum is then the batch's whole
+# total (no sums to meet: the reducer rounds it as it comes); more get several.
+LEADER_WORKERS = 64
 REPORT_SECONDS = 0.5  # how often a leader tells the queue which matches it has finished ...
 REPORTING_LEADERS = 16  # ... up to this many leaders; with more, each tells it less often (report_seconds)
 # how often the driver reads the queue's reports (and whenever a leader's run ends): for live

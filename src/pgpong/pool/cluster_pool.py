@@ -1,7 +1,7 @@
 """The pool for a cluster of several nodes (or many workers, or --lag 1): a leader per
 node, matches pulled from one queue, sums that meet before the driver.
 
-Each node has a leader (leader.py: an actor with no CPU of its own; one per 32
+Each node has a leader (leader.py: an actor with no CPU of its own; one per 64
 workers) that starts the node's workers and plays matches on them. The leaders take
 the matches from one queue (queue.py) as their workers free up, so no worker
 anywhere idles while a match is unplayed, and tell the queue now and then which they
@@ -79,7 +79,7 @@ class _InPlay:
 
 
 class ClusterPool:
-    """A leader per node of the cluster (per 32 of its workers), each with its share of the workers."""
+    """A leader per node of the cluster (per 64 of its workers), each with its share of the workers."""
 
     def __init__(
         self, settings: WorkerSettings, num_workers: int, kind: WorkerKind | None = None, limits: Limits | None = None

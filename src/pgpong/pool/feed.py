@@ -156,7 +156,7 @@ def node_copy(job: Job) -> Job:
     """The job with its weights copied into this node's object store by this process
     (a leader of the node), which owns the copy: its workers read it there, and Ray's
     books on them are kept by the leader, so the queue, which owns the batch's
-    weights, counts one reader per leader (one per 32 workers) rather than one per
+    weights, counts one reader per leader (one per 64 workers) rather than one per
     worker (about 20 ms of the queue's CPU per update at 11x18). It costs a 5 MB copy
     per leader and batch. The leaders on the queue's node do not copy: their workers
     read the queue's object, and the queue keeps their books."""

@@ -1,5 +1,5 @@
 """A node's leader in a cluster pool: an actor with no CPU of its own on each node (one
-per 32 of its workers) that starts the node's rollout workers and plays the matches
+per 64 of its workers) that starts the node's rollout workers and plays the matches
 the queue hands it on them (a RayPool, with everything it does about dead and stuck
 workers), sums them exactly by batch, and gives each batch's node sum to the reducer
 with its workers' idle time (the sum of all but its last match ahead of it, while that

@@ -46,15 +46,33 @@ class Summing:
 
     matches: int
     total: ExactSum | None = None
+    whole: IntegerGradient | None = None  # a node's sum that holds every match, kept as it came
     counted: dict[int, list[int]] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)
     shares: list[tuple[float, NodeShare]] = field(default_factory=list)  # (when it came, the node's account)
 
+    def add(self, part: IntegerGradient | EpisodeGradient) -> None:
+        """A node's sum, or one match's gradient. Where one node played the whole batch
+        (one leader on one node), its sum is the total: it is rounded as it came, with
+        no 10 MB sum made, filled and read back (the same bits: ExactSum.rounded)."""
+        alone = self.total is None and self.whole is None
+        if alone and isinstance(part, IntegerGradient) and part.matches >= self.matches:
+            self.whole = part
+            return
+        if self.total is None:
+            self.total = ExactSum(len(part.W2))
+        if self.whole is not None:  # (more than the whole: added to it, and counted)
+            self.total.add(self.whole)
+            self.whole = None
+        self.total.add(part)
+
     def complete(self) -> bool:
-        return self.total is not None and self.total.matches >= self.matches
+        return self.whole is not None or (self.total is not None and self.total.matches >= self.matches)
 
     def rounded(self) -> EpisodeGradient:
         """The complete sum, in float32."""
+        if self.whole is not None:
+            return self.whole.to_float()
         assert self.total is not None
         return self.total.rounded()
 
@@ -144,8 +162,7 @@ class Reducer:
         summing = self.batches.get(batch)
         if summing is None or node in summing.closed:
             return False
-        summing.total = summing.total or ExactSum(len(part.W2))
-        summing.total.add(part)
+        summing.add(part)
         self.ahead[node] += share is None
         summing.counted.setdefault(node, []).extend(positions)
         if share is not None:
