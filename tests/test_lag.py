@@ -239,6 +239,12 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         on_ray = train_in_process(tmp_path / "plain-ray", 2, 3, plain, pool=pool)
         assert same(train_in_process(tmp_path / "plain", 0, 3, plain).weights, on_ray.weights)
         assert sum(ray.get(pool._reducer.sent_ahead.remote()).values()) > ahead
+        # a batch its node's leader played whole (a batch of one: its match is the node's
+        # last) comes rounded where it was summed, as the total: the bits of --workers 0
+        whole, one = sum(ray.get(pool._reducer.sent_whole.remote()).values()), {**SETTINGS, "batch_size": 1}
+        on_ray = train_in_process(tmp_path / "one-ray", 2, 3, one, pool=pool)
+        assert same(train_in_process(tmp_path / "one", 0, 3, one).weights, on_ray.weights)
+        assert sum(ray.get(pool._reducer.sent_whole.remote()).values()) == whole + 3
         # --lag-share: each batch in two parts, the first submitted while the batch before plays
         shared, pool.handed = {**SHARED, "batch_size": 8}, []  # 3 matches behind, 5 with the newest weights
         base = ray.get(pool._queue.handed_out.remote())

@@ -51,6 +51,7 @@ def test_a_request_brings_a_share_of_what_is_left_then_one_match_per_free_worker
     queue.add(1, episodes(1, 300), "play", stored(Params.initial(8, 0)))
     first = queue.take(node=0, free=18, size=18)
     assert len(first.given) == 18 and first.left == 282  # a free worker each (fewer than 2 per worker are left)
+    assert first.sizes == {1: 300}  # with the job: a leader that sums all 300 knows its sum is the total
     sizes, left = [], first.left
     while left:
         answer = queue.take(node=1, free=1, size=18)
@@ -290,7 +291,8 @@ def test_a_node_keeps_a_batch_s_job_while_it_holds_a_match_of_it_however_many_ba
     for batch in range(1, 6):
         job = ("play", f"weights {batch}", ())
         in_play = tuple(range(max(1, batch - 3), batch + 1))  # the oldest four at most
-        queue.answers.append(Answer([(batch, 0, EpisodeId(7, batch, 0))], {batch: job}, 0, in_play, True))
+        given = [(batch, 0, EpisodeId(7, batch, 0))]
+        queue.answers.append(Answer(given, {batch: job}, 0, in_play, True, sizes={batch: batch}))
         feed.ask(local=0, free=1)
         assert len(feed.receive(feed.pending()[0]) or []) == 1
         if batch > 1:
@@ -300,9 +302,9 @@ def test_a_node_keeps_a_batch_s_job_while_it_holds_a_match_of_it_however_many_ba
     queue.answers.append(Answer([], {}, 0, (3, 4, 5), True))  # batch 2 is over, none of it held here
     feed.ask(local=0, free=1)
     feed.receive(feed.pending()[0])
-    assert sorted(feed.jobs) == [1, 3, 4, 5]
+    assert sorted(feed.jobs) == [1, 3, 4, 5] and feed.sizes == {1: 1, 3: 3, 4: 4, 5: 5}  # (with their jobs)
     feed.done(1)
     queue.answers.append(Answer([], {}, 0, (4, 5), True))
     feed.ask(local=0, free=1)
     feed.receive(feed.pending()[0])
-    assert sorted(feed.jobs) == [4, 5]
+    assert sorted(feed.jobs) == [4, 5] and feed.sizes == {4: 4, 5: 5}

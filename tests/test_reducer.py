@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from pgpong.policy import EpisodeGradient, Params
+from pgpong.policy import Params
 from pgpong.pool.base import BatchMeasures, BatchResult
-from pgpong.pool.reducer import NodeShare, Reducer
+from pgpong.pool.reducer import NodeShare, Reducer, WholeBatch
 from pgpong.pool.sums import ExactSum, IntegerGradient
 from test_sums import H, random_gradients
 
@@ -97,10 +97,10 @@ def test_a_batch_in_two_parts_leaves_as_one_array_with_the_bits_of_their_dense_s
     asyncio.run(scenario())
 
 
-def test_one_nodes_sum_of_the_whole_batch_is_rounded_as_it_came_to_the_same_bits():
-    """One leader played every match: its sum is the total, rounded with no sum made of
-    it here, to the bits of the sum made (and of the sum of its matches in any order).
-    A part beside it (none is expected) is added to it, and a sum too large gives NaN."""
+def test_a_nodes_sum_of_the_whole_batch_is_the_total_as_it_came_and_comes_alone():
+    """One leader played every match: it rounds its sum, which is the total, to the bits
+    of the reducer's sum of its matches in any order and grouping. Rounded, nothing can
+    be added to it exactly: a part beside it is refused as the bug it would be."""
 
     async def scenario():
         reducer, grads = Reducer(), random_gradients(6, seed=5)
@@ -110,25 +110,19 @@ def test_one_nodes_sum_of_the_whole_batch_is_rounded_as_it_came_to_the_same_bits
         for grad in reversed(grads):
             expected.add(IntegerGradient.of(grad))
         await reducer.open(1, 6)
-        assert await reducer.add(1, 0, node_sum.compact(), list(range(6)), NodeShare(8, 0.0))
-        assert reducer.batches[1].total is None  # kept as it came
+        assert await reducer.add(1, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0, whole=True))
+        assert reducer.batches[1].total is None and await reducer.sent_whole() == {0: 1}  # no sum made of it here
         total = await asyncio.wait_for(reducer.result([1]), 5)
         want = expected.rounded()
         assert np.array_equal(total.grad.columns, want.columns)
         assert np.array_equal(total.grad.W1_columns, want.W1_columns) and np.array_equal(total.grad.W2, want.W2)
 
-        await reducer.open(2, 6)  # the whole, and one more match beside it: all of it is summed
-        assert await reducer.add(2, 0, node_sum.compact(), list(range(6)), None)
-        assert await reducer.add(2, 1, IntegerGradient.of(grads[0]), [6], NodeShare(1, 0.0))
-        expected.add(grads[0])
-        assert reducer.batches[2].total is not None and reducer.batches[2].total.matches == 7
-        more = (await asyncio.wait_for(reducer.result([2]), 5)).grad
-        assert np.array_equal(more.W1_columns, expected.rounded().W1_columns)
-
-        big = ExactSum(H)
-        big.add(EpisodeGradient(np.array([3], np.int16), np.full((H, 1), 1e9, np.float32, order="F"), grads[0].W2))
-        await reducer.open(3, 1)
-        assert await reducer.add(3, 0, big.compact(), [0], NodeShare(1, 0.0))
-        assert np.isnan((await asyncio.wait_for(reducer.result([3]), 5)).grad.W2).all()
+        await reducer.open(2, 7)  # a whole batch of 6 for a batch of 7
+        with pytest.raises(ValueError, match="6 matches came as a whole batch of 7"):
+            await reducer.add(2, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0))
+        await reducer.open(3, 6)
+        assert await reducer.add(3, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0))
+        with pytest.raises(ValueError, match="after a node's sum of the whole batch"):
+            await reducer.add(3, 1, IntegerGradient.of(grads[0]), [0], NodeShare(1, 0.0))
 
     asyncio.run(scenario())

@@ -35,6 +35,7 @@ class QueueFeed:
         self._announced: set[int] = set()  # the batches whose weights were still to come, as last heard
         self._came: set[int] = set()  # the announced batches in play whose weights came
         self.jobs: dict[int, Job] = {}
+        self.sizes: dict[int, int] = {}  # the matches of each batch in `jobs`
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
         self._request: Any = None
@@ -109,6 +110,7 @@ class QueueFeed:
         self._came &= set(answer.in_play)
         self._left_of, self._announced = answer.left_of, set(answer.announced) - self._came
         self.jobs.update({batch: self._ready(batch, job) for batch, job in answer.jobs.items()})
+        self.sizes.update(answer.sizes)
         self._empty = not given
         self.held.update(batch for batch, _, _ in given)
         # A job (and its weights' reference) is kept while its batch is in play or this node
@@ -116,6 +118,7 @@ class QueueFeed:
         # up to four batches with --lag-share (a batch's two parts, the next's two)
         for batch in set(self.jobs) - set(answer.in_play) - set(self.held):
             del self.jobs[batch]
+            self.sizes.pop(batch, None)
         self.dropped = set(self.held) - set(answer.in_play)
         return [((batch, position), episode) for batch, position, episode in given]
 

@@ -20,8 +20,8 @@ from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings, kept_for_lif
 from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.feed import QueueFeed
 from pgpong.pool.ray_pool import RayPool
-from pgpong.pool.reducer import NodeShare
-from pgpong.pool.sums import SUMMING, ExactSum, Played
+from pgpong.pool.reducer import NodeShare, WholeBatch
+from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
 from pgpong.pool.worker import Skipped, WorkerKind
 
 
@@ -89,6 +89,7 @@ class NodeLeader:
                 part = alone.pop(batch, None) or sums.pop(batch, None)
                 if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
+                    share.whole = isinstance(part[0], ExactSum) and len(part[1]) == feed.sizes.get(batch)
                     added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share)
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
@@ -130,13 +131,20 @@ class NodeLeader:
         """The node's sum of the batch's matches at `summed` (or the one match's
         gradient) to the reducer; with `share` (its workers and their idle time) it is
         the node's last of the batch and carries the leader's phases since its last.
+        A sum of the whole batch goes rounded to float32: it is the batch's total.
         The reducer's answer, to wait on."""
         import ray
 
         began = time.perf_counter()
+        sent: IntegerGradient | EpisodeGradient | WholeBatch
+        if isinstance(part, EpisodeGradient):
+            sent = part
+        elif share is not None and share.whole:  # (the node played every match of the batch)
+            sent = WholeBatch(part.rounded(), part.matches)
+        else:
+            sent = part.compact()
         if isinstance(part, ExactSum):
             measures.add_seconds(SUMMING, part.seconds)
-        sent = part.compact() if isinstance(part, ExactSum) else part
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
         added = reducer.add.remote(batch, node, ray.put(sent), summed, share)

@@ -74,6 +74,7 @@ class Answer:
     left_of: dict[int, int] = field(default_factory=dict)  # the matches left, by batch
     announced: tuple[int, ...] = ()  # the batches in play whose weights are still to come
     behind: bool = False  # an announced batch's may wait behind playing matches (WorkQueue._answer says when)
+    sizes: dict[int, int] = field(default_factory=dict)  # the matches of each batch in `jobs`
 
 
 @dataclass
@@ -250,11 +251,12 @@ class WorkQueue:
         self.handed += len(given)
         batches = {batch for batch, _, _ in given} - set(known)
         jobs = {batch: self.batches[batch].job for batch in batches}
+        sizes = {batch: len(self.batches[batch].episodes) for batch in batches}
         left_of = {batch: len(queued.todo) for batch, queued in self.batches.items() if queued.todo}
         announced = tuple(batch for batch, queued in self.batches.items() if queued.job[1] is None)
         in_play = tuple(self.batches)
         return Answer(
-            given, jobs, left - len(given), in_play, self.overlapping, self.stopped, left_of, announced, may_wait
+            given, jobs, left - len(given), in_play, self.overlapping, self.stopped, left_of, announced, may_wait, sizes
         )
 
     @staticmethod

@@ -27,6 +27,18 @@ class NodeShare:
     workers: int  # the node's workers (of this leader)
     idle_s: float  # their idle seconds so far, with nothing left to hand out (summed over them)
     seconds: dict[str, float] = field(default_factory=dict)  # the leader's phases since its last sum
+    whole: bool = False  # the node played every match of the batch: its sum comes as a WholeBatch
+
+
+@dataclass
+class WholeBatch:
+    """A node's sum of every match of a batch, rounded to float32 where it was made:
+    the batch's total, to the bits the reducer would make of it (ExactSum.rounded),
+    in half the bytes of its fixed point. A node holds a whole batch where it has the
+    cluster's only leader (a node of up to 64 workers), or where the batch was small."""
+
+    grad: EpisodeGradient
+    matches: int
 
 
 @dataclass
@@ -46,24 +58,23 @@ class Summing:
 
     matches: int
     total: ExactSum | None = None
-    whole: IntegerGradient | None = None  # a node's sum that holds every match, kept as it came
+    whole: EpisodeGradient | None = None  # a node's sum of every match, rounded where it was made
     counted: dict[int, list[int]] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)
     shares: list[tuple[float, NodeShare]] = field(default_factory=list)  # (when it came, the node's account)
 
-    def add(self, part: IntegerGradient | EpisodeGradient) -> None:
-        """A node's sum, or one match's gradient. Where one node played the whole batch
-        (one leader on one node), its sum is the total: it is rounded as it came, with
-        no 10 MB sum made, filled and read back (the same bits: ExactSum.rounded)."""
-        alone = self.total is None and self.whole is None
-        if alone and isinstance(part, IntegerGradient) and part.matches >= self.matches:
-            self.whole = part
+    def add(self, part: IntegerGradient | EpisodeGradient | WholeBatch) -> None:
+        """A node's sum, one match's gradient, or a node's sum of the whole batch: that
+        is the total as it came (no 10 MB sum made, filled and read back), and it comes
+        alone (rounded, it cannot be added to exactly: anything else of the batch is a bug)."""
+        if isinstance(part, WholeBatch):
+            if self.total is not None or self.whole is not None or part.matches != self.matches:
+                raise ValueError(f"a node's sum of {part.matches} matches came as a whole batch of {self.matches}")
+            self.whole = part.grad
             return
-        if self.total is None:
-            self.total = ExactSum(len(part.W2))
-        if self.whole is not None:  # (more than the whole: added to it, and counted)
-            self.total.add(self.whole)
-            self.whole = None
+        if self.whole is not None:
+            raise ValueError("a part of a batch came after a node's sum of the whole batch")
+        self.total = self.total or ExactSum(len(part.W2))
         self.total.add(part)
 
     def complete(self) -> bool:
@@ -72,7 +83,7 @@ class Summing:
     def rounded(self) -> EpisodeGradient:
         """The complete sum, in float32."""
         if self.whole is not None:
-            return self.whole.to_float()
+            return self.whole
         assert self.total is not None
         return self.total.rounded()
 
@@ -141,6 +152,7 @@ class Reducer:
     def __init__(self) -> None:
         self.batches: dict[int, Summing] = {}
         self.ahead = Counter[int]()  # node -> its sums added so far that were sent ahead of its last of a batch
+        self.wholes = Counter[int]()  # node -> the batches it played whole, their sums rounded there
         self.mirror = Mirror()  # the trainer's weights and cache, to step ahead of it
         self._news = asyncio.Condition()
         self._stepping = asyncio.Lock()  # (one step at a time)
@@ -152,7 +164,7 @@ class Reducer:
         self,
         batch: int,
         node: int,
-        part: IntegerGradient | EpisodeGradient,
+        part: IntegerGradient | EpisodeGradient | WholeBatch,
         positions: list[int],
         share: NodeShare | None,
     ) -> bool:
@@ -164,6 +176,7 @@ class Reducer:
             return False
         summing.add(part)
         self.ahead[node] += share is None
+        self.wholes[node] += isinstance(part, WholeBatch)
         summing.counted.setdefault(node, []).extend(positions)
         if share is not None:
             summing.shares.append((time.monotonic(), share))
@@ -174,6 +187,9 @@ class Reducer:
 
     async def sent_ahead(self) -> dict[int, int]:
         return dict(self.ahead)
+
+    async def sent_whole(self) -> dict[int, int]:
+        return dict(self.wholes)
 
     async def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the reducer's share of an update)."""
