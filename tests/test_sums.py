@@ -117,13 +117,16 @@ def test_a_match_sent_in_float32_is_written_in_fixed_point_as_numpy_writes_it_ti
     assert sent.W1[10].tolist() == fixed.W1[10].tolist() == [2, 2, -2, 4, 0]
 
 
-@pytest.mark.parametrize("where", ["W1", "W2"])
+@pytest.mark.parametrize("where", ["W1", "W1's last", "W2"])
 @pytest.mark.parametrize("as_sent", [True, False])
-@pytest.mark.parametrize("bad", [MAX_VALUE, np.inf, np.nan])
+@pytest.mark.parametrize("bad", [MAX_VALUE, np.inf, np.nan, -np.inf])
 def test_a_value_too_large_to_sum_exactly_makes_the_sum_nan(bad, as_sent, where):
+    """Wherever it is: sent in float32, a match's range is checked as it is added."""
     grads = random_gradients(3, seed=5)
     if where == "W1":
         grads[1].W1_columns[0, 0] = bad
+    elif where == "W1's last":
+        grads[1].W1_columns[-1, -1] = -bad
     else:  # (a NaN there went unseen: Python's max() of a number and a NaN is the number)
         grads[1].W2[3] = bad
     total = exact_sum(grads, as_sent=as_sent)

@@ -125,13 +125,19 @@ def _add_rows(total: np.ndarray, columns: np.ndarray, rows: np.ndarray) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _add_fixed(total: np.ndarray, columns: np.ndarray, W1_columns: np.ndarray) -> None:
+def _add_fixed(total: np.ndarray, columns: np.ndarray, W1_columns: np.ndarray) -> bool:
     """total[columns[j]] += W1_columns[:, j] in fixed point, as _fixed writes it: in
-    one pass, with no array in between (W1_columns in Fortran order, each column whole)."""
+    one pass, with no array in between (W1_columns in Fortran order, each column whole);
+    whether every value was finite and below MAX_VALUE, checked in the same pass (if
+    not, what was added is of no matter: the sum is marked too large, and means nothing)."""
+    fits = True
     for j in range(columns.shape[0]):
         row = total[columns[j]]
         for i in range(W1_columns.shape[0]):
-            row[i] += np.int64(np.rint(np.float64(W1_columns[i, j]) * _SCALE))
+            value = float(W1_columns[i, j])  # (float64)
+            fits &= abs(value) < MAX_VALUE  # (False for NaN)
+            row[i] += np.int64(np.rint(value * _SCALE))
+    return fits
 
 
 class ExactSum:
@@ -153,11 +159,11 @@ class ExactSum:
 
     def _add(self, grad: IntegerGradient | EpisodeGradient) -> None:
         if isinstance(grad, EpisodeGradient):  # one match's, in float32
-            if not in_range(grad):
+            _check_rows(grad.columns, grad.W1_columns.T.shape, len(self.W2))
+            W2_fits = bool(np.abs(grad.W2).max(initial=0.0) < MAX_VALUE)  # (False for NaN)
+            if not (_add_fixed(self.W1, grad.columns, grad.W1_columns) and W2_fits):  # (its range checked as added)
                 self.too_large = True
             else:
-                _check_rows(grad.columns, grad.W1_columns.T.shape, len(self.W2))
-                _add_fixed(self.W1, grad.columns, grad.W1_columns)
                 self.W2 += _fixed(grad.W2.astype(np.float64))
                 self.touched[grad.columns] = True
             self.matches += 1
