@@ -110,7 +110,7 @@ def test_a_nodes_sum_of_the_whole_batch_is_the_total_as_it_came_and_comes_alone(
         for grad in reversed(grads):
             expected.add(IntegerGradient.of(grad))
         await reducer.open(1, 6)
-        assert await reducer.add(1, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0, whole=True))
+        assert await reducer.add(1, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0))
         assert reducer.batches[1].total is None and await reducer.sent_whole() == {0: 1}  # no sum made of it here
         total = await asyncio.wait_for(reducer.result([1]), 5)
         want = expected.rounded()

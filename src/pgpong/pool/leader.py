@@ -89,8 +89,9 @@ class NodeLeader:
                 part = alone.pop(batch, None) or sums.pop(batch, None)
                 if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
-                    share.whole = isinstance(part[0], ExactSum) and len(part[1]) == feed.sizes.get(batch)
-                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share)
+                    added = self._hand_over(
+                        reducer, batch, node, part[0], part[1], measures, share, feed.sizes.get(batch)
+                    )
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
@@ -104,7 +105,7 @@ class NodeLeader:
                 # Their stats first: were the node lost, the matches in its sums would not
                 # be played again, and the driver must have heard of them.
                 finished, last = self._report(queue, node, finished), time.monotonic()
-                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None)
+                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None, None)
             elif time.monotonic() - last > report_s:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
@@ -127,11 +128,13 @@ class NodeLeader:
         summed: list[int],
         measures: BatchMeasures,
         share: NodeShare | None,
+        size: int | None,
     ) -> Any:
         """The node's sum of the batch's matches at `summed` (or the one match's
         gradient) to the reducer; with `share` (its workers and their idle time) it is
         the node's last of the batch and carries the leader's phases since its last.
-        A sum of the whole batch goes rounded to float32: it is the batch's total.
+        A sum of every match of the batch (its `size`, as the queue said) goes rounded
+        to float32: it is the batch's total.
         The reducer's answer, to wait on."""
         import ray
 
@@ -139,7 +142,7 @@ class NodeLeader:
         sent: IntegerGradient | EpisodeGradient | WholeBatch
         if isinstance(part, EpisodeGradient):
             sent = part
-        elif share is not None and share.whole:  # (the node played every match of the batch)
+        elif len(summed) == size:  # (the node played every match of the batch)
             sent = WholeBatch(part.rounded(), part.matches)
         else:
             sent = part.compact()

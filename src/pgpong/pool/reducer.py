@@ -27,7 +27,6 @@ class NodeShare:
     workers: int  # the node's workers (of this leader)
     idle_s: float  # their idle seconds so far, with nothing left to hand out (summed over them)
     seconds: dict[str, float] = field(default_factory=dict)  # the leader's phases since its last sum
-    whole: bool = False  # the node played every match of the batch: its sum comes as a WholeBatch
 
 
 @dataclass
@@ -68,8 +67,10 @@ class Summing:
         is the total as it came (no 10 MB sum made, filled and read back), and it comes
         alone (rounded, it cannot be added to exactly: anything else of the batch is a bug)."""
         if isinstance(part, WholeBatch):
-            if self.total is not None or self.whole is not None or part.matches != self.matches:
+            if part.matches != self.matches:
                 raise ValueError(f"a node's sum of {part.matches} matches came as a whole batch of {self.matches}")
+            if self.total is not None or self.whole is not None:
+                raise ValueError("a node's sum of the whole batch came beside other parts of it")
             self.whole = part.grad
             return
         if self.whole is not None:

@@ -111,8 +111,12 @@ def _floats_of_rows(rows: np.ndarray, which: np.ndarray, out: np.ndarray) -> Non
 
 def in_range(grad: EpisodeGradient) -> bool:
     """Whether every value of a match's gradient is finite and below MAX_VALUE."""
-    W1_big, W2_big = np.abs(grad.W1_columns).max(initial=0.0), np.abs(grad.W2).max(initial=0.0)
-    return bool(W1_big < MAX_VALUE and W2_big < MAX_VALUE)  # (False for NaN, each apart: max() would drop one)
+    return _fits(grad.W1_columns) and _fits(grad.W2)  # (each apart: Python's max() would drop a NaN)
+
+
+def _fits(values: np.ndarray) -> bool:
+    """Whether every value is finite and below MAX_VALUE (False for NaN)."""
+    return bool(np.abs(values).max(initial=0.0) < MAX_VALUE)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,8 +164,8 @@ class ExactSum:
     def _add(self, grad: IntegerGradient | EpisodeGradient) -> None:
         if isinstance(grad, EpisodeGradient):  # one match's, in float32
             _check_rows(grad.columns, grad.W1_columns.T.shape, len(self.W2))
-            W2_fits = bool(np.abs(grad.W2).max(initial=0.0) < MAX_VALUE)  # (False for NaN)
-            if not (_add_fixed(self.W1, grad.columns, grad.W1_columns) and W2_fits):  # (its range checked as added)
+            W2_fits = _fits(grad.W2)
+            if not (_add_fixed(self.W1, grad.columns, grad.W1_columns) and W2_fits):  # (W1's range checked as added)
                 self.too_large = True
             else:
                 self.W2 += _fixed(grad.W2.astype(np.float64))
