@@ -214,8 +214,9 @@ def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weigh
     is in: those of the trainer's own step, to the bit. Weights that differ from the
     trainer's (here: the plan said another learning rate) are caught when the trainer
     publishes its own, and the pool refuses to go on."""
-    from pgpong.policy import Params, RMSProp
+    from pgpong.policy import Params
     from pgpong.pool import StepPlan
+    from pgpong.rmsprop import RMSProp
 
     with _stepping(4) as (weights, cache, episodes, pool, local):
         first = pool.submit(weights, episodes[0])
@@ -244,8 +245,9 @@ def test_a_step_the_reducer_cannot_take_is_left_to_the_trainer(cluster):
     published: the announced batch waits for the trainer's own weights, plays them,
     and the queue counts no step but the trainer's. The reducer's copy is then unknown,
     so the next plan brings the weights and cache again, and its step is taken."""
-    from pgpong.policy import Params, RMSProp
+    from pgpong.policy import Params
     from pgpong.pool import StepPlan
+    from pgpong.rmsprop import RMSProp
 
     with _stepping(6) as (weights, cache, episodes, pool, local):
         first = pool.submit(weights, episodes[0])

@@ -137,8 +137,8 @@ def test_a_lag_share_steps_on_the_sum_of_its_two_parts(tmp_path):
     """The update after batch 2, made again by hand: its first 2 matches played with the
     weights from before update 1, the other 3 with those after it, the two sums added,
     one RMSProp step."""
-    from pgpong.policy import RMSProp
     from pgpong.pool.local import LocalPool
+    from pgpong.rmsprop import RMSProp
     from pgpong.rollout import EpisodeId
     from pgpong.session import worker_settings
 

@@ -64,6 +64,7 @@ ROOMS: list[tuple[str, list[str]]] = [
     ("original", []),
     ("rollout", []),
     ("envs", []),
+    ("rmsprop", []),
     ("policy", []),
     ("returns", []),
     ("frames", []),

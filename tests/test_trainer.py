@@ -386,7 +386,7 @@ def test_a_batch_ramp_grows_the_batch_and_the_rules_rate_with_the_matches_played
     """--ramp-from 10 --batch-size 30 --ramp-matches 40: batches of 10, 15, 22, 30, 30
     (after 0, 10, 25, 47, 77 matches), each stepped with the batch rule's rate and decay
     for its own size; and a run resumed in the middle of a ramp is the one-go run."""
-    from pgpong.policy import RMSProp
+    from pgpong.rmsprop import RMSProp
     from pgpong.rollout import EpisodeId
     from pgpong.schedule import batch_rule
 

@@ -20,8 +20,9 @@ import numpy as np
 from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, fsync_dir, fsync_file, save_checkpoint
 from pgpong.errors import PgpongError
-from pgpong.policy import Params, RMSProp
+from pgpong.policy import Params
 from pgpong.pool import BatchResult, Finished, Pool, StepPlan
+from pgpong.rmsprop import RMSProp
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
 from pgpong.runlog import BatchRow, RunLog

@@ -20,10 +20,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pgpong.policy import Params, squared_norm
+from pgpong.policy import Params
 from pgpong.pool.base import PoolError, StepPlan
 from pgpong.pool.reducer import StepOrder, Stepped, Total
 from pgpong.pool.worker import StoredWeights
+from pgpong.rmsprop import squared_norm
 
 STEPPED_AHEAD = "stepped ahead"  # the queue's count of the batches it published with the reducer's step
 

@@ -15,9 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgpong.policy import EpisodeGradient, Params, RMSProp
+from pgpong.policy import EpisodeGradient, Params
 from pgpong.pool.sums import ExactSum, IntegerGradient, added
 from pgpong.pool.worker import StoredWeights, publish
+from pgpong.rmsprop import RMSProp
 
 
 @dataclass

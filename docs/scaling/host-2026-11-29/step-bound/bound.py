@@ -11,7 +11,12 @@ import time
 import numba
 import numpy as np
 
-from pgpong.policy import EpisodeGradient, Params, RMSProp
+from pgpong.policy import EpisodeGradient, Params
+
+try:
+    from pgpong.rmsprop import RMSProp
+except ImportError:  # (the code before RMSProp had a module of its own)
+    from pgpong.policy import RMSProp  # type: ignore[attr-defined,no-redef]
 
 H, D, PIXELS = 200, 6400, 3000
 rng = np.random.default_rng(0)

@@ -8,7 +8,12 @@ import time
 
 import numpy as np
 
-from pgpong.policy import EpisodeGradient, Params, RMSProp
+from pgpong.policy import EpisodeGradient, Params
+
+try:
+    from pgpong.rmsprop import RMSProp
+except ImportError:  # (the code before RMSProp had a module of its own)
+    from pgpong.policy import RMSProp  # type: ignore[attr-defined,no-redef]
 
 rng = np.random.default_rng(0)
 weights = Params.initial(200, 0)
