@@ -92,8 +92,9 @@ def test_rmsprop_without_clipping_is_todays_step_to_the_bit():
 
 
 def numpy_step(weights, grad, cache, lr, decay, max_norm):
-    """RMSProp as plain numpy lines (the code before its two numba passes): each
-    float32 operation in order, the norm as numpy sums it, the clip, the add."""
+    """RMSProp as plain numpy lines (the code before its numba passes): each float32
+    operation in order, the norm as numpy sums it, the clip, the add. The clip, and
+    the update's norm before it."""
     updates = []
     for n in ("W1", "W2"):
         g, c = getattr(grad, n), getattr(cache, n)
@@ -109,7 +110,7 @@ def numpy_step(weights, grad, cache, lr, decay, max_norm):
     for n, update in zip(("W1", "W2"), updates, strict=True):
         update *= update.dtype.type(clip)
         getattr(weights, n).__iadd__(update)
-    return clip
+    return clip, norm
 
 
 @pytest.mark.parametrize("max_norm", [None, 4.0, 1e-3])
@@ -123,7 +124,7 @@ def test_rmsprop_step_has_the_bits_of_numpys_lines(max_norm):
         grad.W1[:, ::3] = 0  # untouched pixels
         cache.W1[0, 0] = 0  # a zero cache entry: the update divides by eps
         want_w, want_c = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
-        clip = numpy_step(want_w, grad, want_c, 0.011, 0.7, max_norm)
+        clip, _ = numpy_step(want_w, grad, want_c, 0.011, 0.7, max_norm)
         optimizer = RMSProp(0.011, 0.7, cache, max_norm)
         optimizer.step(weights, grad)
         for got, want in [(weights, want_w), (cache, want_c)]:
@@ -219,3 +220,56 @@ def test_rmsprop_on_a_gradients_touched_columns_has_the_bits_of_its_dense_step(m
         grad = EpisodeGradient(np.array(bad), np.zeros((6, 2), np.float32), np.zeros(6, np.float32))
         with pytest.raises(ValueError, match="sorted pixels of 100, each once"):
             RMSProp(0.01, 0.9, cache).step(weights, grad)
+
+
+@pytest.mark.parametrize("max_norm", [None, 1e6, 4.0, 1e-3])  # no clip, one never reached, the default, a binding one
+@pytest.mark.parametrize("shape", [(200, 6400), (7, 300), (1, 50), (3, 1000)])
+def test_a_step_on_some_columns_has_the_bits_and_norms_of_numpys_lines(shape, max_norm):
+    """A step on the columns a gradient gives (a cluster's reducer steps so) must have
+    the weights, the cache, the clip and the update's norm of the numpy lines on the
+    dense gradient, to the bit, at the network's size too and for any spread of
+    columns (runs, strays, the first and the last, pairwise blocks of the norm that
+    straddle columns). A weight of -0 in a column not given becomes +0, as numpy's add
+    makes it."""
+    rng = np.random.default_rng(shape[1])
+    H, D = shape
+    for density in (0.02, 0.3, 0.9):
+        columns = np.flatnonzero(rng.random(D) < density)
+        columns = np.union1d(columns, [0, D - 1] if density > 0.5 else []).astype(np.int16)
+        weights = Params.of(rng.standard_normal(shape) * 0.1, rng.standard_normal(H) * 0.1)
+        cache = Params.of(rng.random(shape) * 1e-4, rng.random(H) * 1e-4)
+        untouched = np.setdiff1d(np.arange(D), columns)
+        if len(untouched):
+            weights.W1[0, untouched[0]] = -0.0
+        grad = EpisodeGradient(
+            columns, *(np.float32(1e-2) * rng.standard_normal(s, np.float32) for s in ((H, len(columns)), H))
+        )
+        want_w, want_c = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+        clip, norm = numpy_step(want_w, grad.dense(D), want_c, 0.002, 0.99, max_norm)
+        optimizer = RMSProp(0.002, 0.99, cache, max_norm)
+        optimizer.step(weights, grad)
+        for got, want in [(weights, want_w), (cache, want_c)]:
+            assert got.W1.tobytes() == want.W1.tobytes() and got.W2.tobytes() == want.W2.tobytes()
+        assert optimizer.last_clip == clip
+        assert optimizer.last_update_norm == norm * clip
+        if len(untouched):
+            assert np.signbit(weights.W1[0, untouched[0]]) == np.signbit(want_w.W1[0, untouched[0]])
+    assert max_norm != 1e-3 or clip < 1
+
+
+@pytest.mark.parametrize("max_norm", [None, 1e-3])
+def test_a_broken_cache_in_a_column_not_given_makes_the_norm_nan_as_numpys_lines_do(max_norm):
+    rng = np.random.default_rng(21)
+    weights = Params.of(rng.standard_normal((5, 40)), rng.standard_normal(5))
+    cache = Params.of(rng.random((5, 40)), rng.random(5))
+    cache.W1[2, 7] = np.nan  # column 7 is not given
+    cache.W1[3, 9] = -1.0  # nor 9: sqrt of a negative cache is NaN
+    grad = EpisodeGradient(np.array([1, 2, 30], np.int16), *(rng.standard_normal(s, np.float32) for s in ((5, 3), 5)))
+    want_w, want_c = Params.of(weights.W1, weights.W2), Params.of(cache.W1, cache.W2)
+    with np.errstate(invalid="ignore"):
+        clip, norm = numpy_step(want_w, grad.dense(40), want_c, 0.01, 0.9, max_norm)
+    optimizer = RMSProp(0.01, 0.9, cache, max_norm)
+    optimizer.step(weights, grad)
+    assert np.isnan(norm) and np.isnan(optimizer.last_update_norm) and optimizer.last_clip == clip == 1.0
+    assert not optimizer.weights_finite and not optimizer.cache_finite
+    assert np.array_equal(weights.W1, want_w.W1, equal_nan=True) and np.array_equal(cache.W1, want_c.W1, equal_nan=True)
