@@ -207,6 +207,33 @@ def _stepping(seed: int):
         local.close()
 
 
+def test_the_trainers_squares_check_the_reducers_step_without_summing_the_weights_again(monkeypatch):
+    """The trainer hands publish() the squared norms its step summed; the driver's side
+    compares the reducer's with them, and sums the weights itself only when none came.
+    Squares that differ are the bug they always were: the pool is done for."""
+    from pgpong.policy import Params
+    from pgpong.pool import ahead
+    from pgpong.rmsprop import squared_norm
+
+    weights = Params.initial(5, 0, inputs=12)
+    mine = (squared_norm(weights.W1), squared_norm(weights.W2))
+    summed = []
+
+    def squares_of(w):
+        summed.append(w)
+        return mine
+
+    monkeypatch.setattr(ahead, "squares_of", squares_of)
+    side = ahead.Ahead()
+    for batch, given in [(3, mine), (4, None)]:
+        side._stepped[batch] = (mine, 12.5)
+        assert side.publish(None, batch, weights, 1.0, squares=given) == 12.5
+    assert summed == [weights]  # (only for batch 4, which brought none)
+    side._stepped[5] = ((mine[0] + 1e-9, mine[1]), 13.0)
+    with pytest.raises(PoolError, match="not the trainer's"):
+        side.publish(None, 5, weights, 1.0, squares=mine)
+
+
 @pytest.mark.slow
 def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
     """Collected with the trainer's next step, a batch's total gets that step in the
@@ -328,8 +355,8 @@ class NodeLosingPool(ClusterPool):
             self._lose_a_node(1)
         return batch
 
-    def publish(self, ticket, weights):
-        super().publish(ticket, weights)
+    def publish(self, ticket, weights, squares=None):
+        super().publish(ticket, weights, squares)
         if self.when == "published" and ticket == 2:
             self._lose_a_node(2)
 

@@ -22,9 +22,9 @@ class Recording:
     def __getattr__(self, name):
         return getattr(self.pool, name)
 
-    def publish(self, ticket, weights):  # no lag: batches are announced ahead, published as they play
+    def publish(self, ticket, weights, squares=None):  # no lag: batches are announced ahead, published as they play
         self.played.append(Params.of(weights.W1, weights.W2))
-        return self.pool.publish(ticket, weights)
+        return self.pool.publish(ticket, weights, squares)
 
     def submit(self, weights, episodes, like=None):  # --lag 1: batches are submitted ahead, in batch order
         self.played.append(Params.of(weights.W1, weights.W2))
@@ -94,9 +94,9 @@ class Parts(Recording):
         self.parts[ticket] = [list(episodes), None]
         return ticket
 
-    def publish(self, ticket, weights):
+    def publish(self, ticket, weights, squares=None):
         self.parts[ticket][1] = Params.of(weights.W1, weights.W2)
-        return self.pool.publish(ticket, weights)
+        return self.pool.publish(ticket, weights, squares)
 
 
 SHARED = {**SETTINGS, "batch_size": 5, "lag_share": 0.4}  # the first 2 of each batch's 5 matches

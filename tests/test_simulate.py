@@ -217,7 +217,7 @@ class PublishingPool:
     def queue_calls(self) -> dict[str, int]:
         return {"stepped ahead": self.stepped}
 
-    def publish(self, ticket: int, weights: Any) -> None:
+    def publish(self, ticket: int, weights: Any, squares: Any = None) -> None:
         self.published.append(ticket)
 
 

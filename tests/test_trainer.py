@@ -10,6 +10,7 @@ import pytest
 from conftest import ScriptedPool, train_in_process, train_on
 from pgpong.checkpoint import list_checkpoints, load_checkpoint
 from pgpong.policy import EpisodeGradient
+from pgpong.rmsprop import squared_norm
 from pgpong.rundir import open_run
 from pgpong.runlog import read_progress
 
@@ -159,6 +160,7 @@ class PublishingPool(ScriptedPool):
         self.batch_of: dict[int, int] = {}  # ticket -> batch
         self.published: dict[int, tuple[int, np.ndarray]] = {}  # batch -> (rows on disk, W2 as published)
         self.played: dict[int, np.ndarray] = {}  # batch -> W2 as played
+        self.squares: dict[int, tuple[tuple[float, float] | None, tuple[float, float]]] = {}  # batch -> given, summed
 
     def results(self, weights, episodes):
         for result in super().results(weights, episodes):
@@ -170,10 +172,11 @@ class PublishingPool(ScriptedPool):
         self.batch_of[ticket] = episodes[0].batch
         return ticket
 
-    def publish(self, ticket, weights):
+    def publish(self, ticket, weights, squares=None):
         rows = len(read_progress(self.progress_path)) if self.progress_path.exists() else 0
         self.published[self.batch_of[ticket]] = (rows, weights.W2.copy())
-        super().publish(ticket, weights)
+        self.squares[self.batch_of[ticket]] = (squares, (squared_norm(weights.W1), squared_norm(weights.W2)))
+        super().publish(ticket, weights, squares)
 
     def play_batch(self, weights, episodes, finished=lambda result: None):
         self.played[episodes[0].batch] = weights.W2.copy()
@@ -193,17 +196,21 @@ def test_the_next_batchs_weights_go_out_as_soon_as_the_step_is_checked_before_th
         np.testing.assert_array_equal(published, pool.played[batch])
     assert all(not np.array_equal(pool.played[b], pool.played[b + 1]) for b in range(3))  # each step moved W2
     assert len(read_progress(run.progress_path)) == 4 and state.batch == 4
+    # With them, the squared norms the step summed: the published weights' own (the
+    # first batch's, published before any step, come without).
+    assert pool.squares[0][0] is None
+    assert all(given == summed for given, summed in (pool.squares[b] for b in (1, 2, 3)))
 
 
 class FailingPublishPool(ScriptedPool):
     """Its weights cannot be published after the first batch's."""
 
-    def publish(self, ticket, weights):
+    def publish(self, ticket, weights, squares=None):
         from pgpong.pool import PoolError
 
         if ticket > 1:
             raise PoolError("the queue is gone")
-        super().publish(ticket, weights)
+        super().publish(ticket, weights, squares)
 
 
 def test_a_publish_that_fails_after_the_step_ends_the_run_with_the_batch_saved(tmp_path):

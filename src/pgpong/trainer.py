@@ -240,7 +240,7 @@ class Trainer:
         if announced is None:  # (--lag 1: none of the batch waits for these weights)
             return
         try:
-            self.pool.publish(announced, self.state.weights)
+            self.pool.publish(announced, self.state.weights, self.optimizer.weight_squares)  # (the step's)
         except Exception:  # (the next call publishes them again, and raises then: this batch is saved first)
             return
         self._published.add(following)

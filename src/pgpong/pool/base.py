@@ -147,7 +147,7 @@ class OneBatchAtATime:
         self._waiting[self._tickets] = (None, episodes)
         return self._tickets
 
-    def publish(self, ticket: int, weights: Params) -> None:
+    def publish(self, ticket: int, weights: Params, squares: tuple[float, float] | None = None) -> None:
         """The weights an announced batch plays when collected: not copied, so they must
         not change before (the trainer collects it next)."""
         self._waiting[ticket] = (weights, self._waiting[ticket][1])
@@ -214,7 +214,10 @@ class Pool(Protocol):
     # out meanwhile (ClusterPool: its workers wait for the weights in their calls).
     def announce(self, episodes: list[EpisodeId]) -> int: ...  # a ticket for publish, then collect
 
-    def publish(self, ticket: int, weights: Params) -> None: ...
+    # `squares`: the weights' squared norms, where the caller has them (RMSProp's
+    # weight_squares after the step that made them): a pool that checks weights by
+    # them (ClusterPool, against its reducer's step) does not sum them again.
+    def publish(self, ticket: int, weights: Params, squares: tuple[float, float] | None = None) -> None: ...
 
     # A batch is collected by its parts' tickets, in episode order (two with --lag-share:
     # its first matches submitted, the rest announced); its sum is theirs, added as

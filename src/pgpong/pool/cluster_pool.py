@@ -170,11 +170,13 @@ class ClusterPool:
         self._announced[batch] = episodes
         return batch
 
-    def publish(self, ticket: int, weights: Params) -> None:
+    def publish(self, ticket: int, weights: Params, squares: tuple[float, float] | None = None) -> None:
         """The weights of an announced batch: its matches start (or, if the queue has
-        published its own step's, they are checked). One recalled meanwhile is added again."""
+        published its own step's, they are checked, by `squares` if given). One recalled
+        meanwhile is added again."""
         began, recalled = time.perf_counter(), self._recalled.pop(ticket, None)
-        when = self._ahead.publish(self._queue, ticket, weights, self._limits.stall_s, to_queue=recalled is None)
+        limit, to_queue = self._limits.stall_s, recalled is None
+        when = self._ahead.publish(self._queue, ticket, weights, limit, to_queue=to_queue, squares=squares)
         if recalled is not None:
             self._renamed[ticket] = self.submit(weights, recalled)
             return
