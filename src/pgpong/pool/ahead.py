@@ -9,11 +9,12 @@ settings, the weights and cache it holds, the announced batch to play the result
 The reducer keeps a copy of those weights and cache, takes the step with the same
 code on the same numbers, so to the same bits, and the queue publishes the result.
 The trainer then takes its own step as before, and its publish only checks that the
-published weights are the ones it made (their squared norms, summed again). The copy
-is sent along with a plan whenever the reducer's is not the trainer's state (a run's
-first batch, a resume, another trainer, a step that failed). Where the reducer cannot
-take the step (its copy is not there, the step is not finite, the batch was recalled,
-anything failed on the way), it says so and the trainer's publish brings the weights."""
+published weights are the ones it made (by their squared norms, as its step summed
+them). The copy is sent along with a plan whenever the reducer's is not the trainer's
+state (a run's first batch, a resume, another trainer, a step that failed). Where the
+reducer cannot take the step (its copy is not there, the step is not finite, the batch
+was recalled, anything failed on the way), it says so and the trainer's publish brings
+the weights."""
 
 from __future__ import annotations
 
