@@ -197,9 +197,9 @@ def _reading_before_publishing(pool: Any, read: Callable[[], object]) -> Iterato
         return
     publish, own = pool.publish, vars(pool).get("publish")  # (the instance's own, if it had one)
 
-    def read_then_publish(ticket: int, weights: Any) -> None:
+    def read_then_publish(ticket: int, weights: Any, squares: tuple[float, float] | None = None) -> None:
         read()
-        publish(ticket, weights)
+        publish(ticket, weights, squares)  # (all of Pool.publish's arguments: the trainer's call must not fail)
 
     pool.publish = read_then_publish  # (the instance's: the class's method is untouched)
     try:
