@@ -235,6 +235,27 @@ def test_the_trainers_squares_check_the_reducers_step_without_summing_the_weight
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (a pool of its own: 3-4 s, for a path that needs a broken driver's node)
+def test_a_queue_lost_as_the_weights_are_published_is_a_pool_error_not_rays(cluster):
+    """The trainer waits for the row before it ends a run on a failure to publish the
+    next batch's weights, but only the pool's own failures (PoolError): so Ray's, the
+    queue on the driver's node lost, come as one, naming the batch and the cause."""
+    import ray
+
+    from pgpong.policy import Params
+
+    pool = ClusterPool(WORKERS, 3)
+    try:
+        with hang_guard(120):
+            ticket = pool.announce([EpisodeId(9, 0, 0)])
+            ray.kill(pool._queue, no_restart=True)
+            with pytest.raises(PoolError, match=f"batch {ticket}'s weights could not be published: .*[Aa]ctor"):
+                pool.publish(ticket, Params.initial(16, 9))
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
 def test_the_reducer_steps_ahead_of_the_trainer_and_the_trainer_checks_its_weights(cluster):
     """Collected with the trainer's next step, a batch's total gets that step in the
     reducer, and the announced batch plays the weights it makes as soon as the total

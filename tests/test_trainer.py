@@ -203,27 +203,45 @@ def test_the_next_batchs_weights_go_out_as_soon_as_the_step_is_checked_before_th
 
 
 class FailingPublishPool(ScriptedPool):
-    """Its weights cannot be published after the first batch's."""
+    """Its weights cannot be published after the first batch's: `failure` is raised."""
+
+    def __init__(self, scores, failure):
+        super().__init__(scores)
+        self.failure, self.tries = failure, 0
 
     def publish(self, ticket, weights, squares=None):
-        from pgpong.pool import PoolError
-
         if ticket > 1:
-            raise PoolError("the queue is gone")
+            self.tries += 1
+            raise self.failure
         super().publish(ticket, weights, squares)
 
 
 def test_a_publish_that_fails_after_the_step_ends_the_run_with_the_batch_saved(tmp_path):
-    """The next batch's weights go out before the batch's row: should that fail, the
-    batch is finished and saved first, and the failure ends the run as the next
-    batch would have begun."""
+    """The next batch's weights go out before the batch's row: should the pool fail
+    (PoolError), the batch is finished and saved first, and that failure ends the run
+    as the next batch would have begun, without a second try."""
     from pgpong.pool import PoolError
 
     run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 4})
-    with pytest.raises(PoolError, match="the queue is gone"):
-        train_on(run, FailingPublishPool([-21.0] * 8))
+    failure = PoolError("the queue is gone")
+    pool = FailingPublishPool([-21.0] * 8, failure)
+    with pytest.raises(PoolError, match="the queue is gone") as raised:
+        train_on(run, pool)
+    assert raised.value is failure and pool.tries == 1
     assert [r["batch"] for r in read_progress(run.progress_path)] == ["1"]
     assert [p.name for p in list_checkpoints(run.checkpoint_dir)] == ["ckpt-000001.npz"]
+
+
+def test_a_bug_in_the_early_publish_is_raised_at_once_not_after_the_row(tmp_path):
+    """Only the pool's own failures wait for the row: a bug (here a TypeError, as a
+    wrapper of publish() that missed an argument once raised) ends the update where
+    it happens, and nothing of that batch is written."""
+    run = open_run(tmp_path / "r", {**SETTINGS, "batch_size": 2, "iterations": 4})
+    pool = FailingPublishPool([-21.0] * 8, TypeError("publish() takes 3 positional arguments but 4 were given"))
+    with pytest.raises(TypeError, match="positional arguments"):
+        train_on(run, pool)
+    assert pool.tries == 1
+    assert read_progress(run.progress_path) == []
 
 
 def test_the_warm_up_factor_is_the_part_of_the_cache_filled():

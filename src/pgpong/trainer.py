@@ -21,7 +21,7 @@ from pgpong import pace, schedule
 from pgpong.checkpoint import TrainingState, fsync_dir, fsync_file, save_checkpoint
 from pgpong.errors import PgpongError
 from pgpong.policy import Params
-from pgpong.pool import BatchResult, Finished, Pool, StepPlan
+from pgpong.pool import BatchResult, Finished, Pool, PoolError, StepPlan
 from pgpong.rmsprop import RMSProp
 from pgpong.rollout import Diagnostics, EpisodeId, EpisodeStats
 from pgpong.rundir import Run, RunWriteError
@@ -64,6 +64,7 @@ class Trainer:
         # --lag-share, none without), the rest announced, to be published with the weights the update makes
         self._ahead: dict[int, tuple[Tickets, list[EpisodeId]]] = {}
         self._published: set[int] = set()  # announced batches whose weights the step before published
+        self._unpublished: PoolError | None = None  # why that failed: raised as the next batch begins
         # Without a lag, the next batch's weights go out as soon as the step is checked;
         # False: as the next call begins (bench's throughput measures run between calls)
         self.publish_early = True
@@ -188,6 +189,9 @@ class Trainer:
         if tickets is None:  # (the first batch of a run, or of a resume)
             tickets = self._put_in(weights, episodes)
         fresh = tickets[1]  # the announced part
+        if self._unpublished is not None:  # (the batch before is saved: now the run ends with it)
+            failed, self._unpublished = self._unpublished, None
+            raise failed
         if fresh is not None and state.batch not in self._published:
             pool.publish(fresh, state.weights)
         self._published.discard(state.batch)
@@ -241,7 +245,8 @@ class Trainer:
             return
         try:
             self.pool.publish(announced, self.state.weights, self.optimizer.weight_squares)  # (the step's)
-        except Exception:  # (the next call publishes them again, and raises then: this batch is saved first)
+        except PoolError as failed:  # (raised by the next call: this batch is saved first; a bug raises at once)
+            self._unpublished = failed
             return
         self._published.add(following)
 
@@ -289,6 +294,7 @@ class Trainer:
             finally:
                 self._ahead.clear()
                 self._published.clear()
+                self._unpublished = None
                 self.pool.cancel()
 
 

@@ -216,7 +216,8 @@ class Pool(Protocol):
 
     # `squares`: the weights' squared norms, where the caller has them (RMSProp's
     # weight_squares after the step that made them): a pool that checks weights by
-    # them (ClusterPool, against its reducer's step) does not sum them again.
+    # them (ClusterPool, against its reducer's step) does not sum them again. What
+    # keeps a pool from publishing raises PoolError; anything else is a bug in pgpong.
     def publish(self, ticket: int, weights: Params, squares: tuple[float, float] | None = None) -> None: ...
 
     # A batch is collected by its parts' tickets, in episode order (two with --lag-share:

@@ -173,13 +173,16 @@ class ClusterPool:
     def publish(self, ticket: int, weights: Params, squares: tuple[float, float] | None = None) -> None:
         """The weights of an announced batch: its matches start (or, if the queue has
         published its own step's, they are checked, by `squares` if given). One recalled
-        meanwhile is added again."""
+        meanwhile is added again. Ray's errors raise as PoolError."""
         began, recalled = time.perf_counter(), self._recalled.pop(ticket, None)
         limit, to_queue = self._limits.stall_s, recalled is None
-        when = self._ahead.publish(self._queue, ticket, weights, limit, to_queue=to_queue, squares=squares)
-        if recalled is not None:
-            self._renamed[ticket] = self.submit(weights, recalled)
-            return
+        try:
+            when = self._ahead.publish(self._queue, ticket, weights, limit, to_queue=to_queue, squares=squares)
+            if recalled is not None:
+                self._renamed[ticket] = self.submit(weights, recalled)
+                return
+        except self._ray.exceptions.RayError as exc:  # (the queue and the reducer are on the driver's node)
+            raise PoolError(f"batch {ticket}'s weights could not be published: {failure_reason(exc)}") from None
         del self._announced[ticket]
         in_play = self._in_play[ticket]
         in_play.measures.add_seconds(PUBLISHING, time.perf_counter() - began)
