@@ -207,6 +207,24 @@ def _stepping(seed: int):
         local.close()
 
 
+def test_a_nodes_sum_goes_ahead_of_its_last_match_only_if_it_is_part_of_the_batch():
+    """A node's sum goes ahead of its last match of a batch (while that one plays) only
+    where, with that match in it, it would not be the batch's whole: a node that plays
+    every match sends its sum once, rounded, as the total. None twice, none unmade."""
+    from pgpong.pool.feed import QueueFeed
+    from pgpong.pool.leader import _may_go_ahead
+    from pgpong.pool.sums import ExactSum
+
+    feed = QueueFeed(None, 0)
+    sums = {3: (ExactSum(4), [0, 1, 2, 4, 5, 6, 7])}  # 7 matches summed, one plays
+    for size, expected in [(8, False), (9, True), (300, True), (None, True)]:
+        feed.sizes = {} if size is None else {3: size}  # (None: the queue's answer did not say)
+        assert _may_go_ahead(sums, {}, 3, feed) is expected, size
+    feed.sizes = {3: 9}
+    assert not _may_go_ahead(sums, {3: "sent"}, 3, feed)
+    assert not _may_go_ahead(sums, {}, 4, feed)
+
+
 def test_the_trainers_squares_check_the_reducers_step_without_summing_the_weights_again(monkeypatch):
     """The trainer hands publish() the squared norms its step summed; the driver's side
     compares the reducer's with them, and sums the weights itself only when none came.

@@ -231,14 +231,13 @@ def test_a_lagged_run_has_the_same_bits_on_two_ray_workers_that_overlap_its_batc
         assert not pool._in_play and ray.get(pool._queue.in_play.remote()) == []  # batch 3 was dropped
         resumed = train_in_process(tmp_path / "split", 2, 4, settings, pool=pool)
         assert same(alone.weights, resumed.weights) and same(alone.previous, resumed.previous)
-        # without a lag on the same pool: when the node's last match of a batch plays, with
-        # none left to come, the sum of the others goes to the reducer ahead of it; the
-        # bits are those of --workers 0 still (the sums are exact in any grouping)
+        # without a lag on the same pool: a node's sum of a batch goes in one part or several
+        # (on 2 workers the node may hold none of the batch for a moment: its sum so far
+        # goes then), the last part maybe ahead of its last match (where it is not the
+        # whole batch: test_cluster_pool), and the bits are those of --workers 0 still
         plain = {**SETTINGS, "batch_size": 8}
-        ahead = sum(ray.get(pool._reducer.sent_ahead.remote()).values())
         on_ray = train_in_process(tmp_path / "plain-ray", 2, 3, plain, pool=pool)
         assert same(train_in_process(tmp_path / "plain", 0, 3, plain).weights, on_ray.weights)
-        assert sum(ray.get(pool._reducer.sent_ahead.remote()).values()) > ahead
         # a batch its node's leader played whole (a batch of one: its match is the node's
         # last) comes rounded where it was summed, as the total: the bits of --workers 0
         whole, one = sum(ray.get(pool._reducer.sent_whole.remote()).values()), {**SETTINGS, "batch_size": 1}

@@ -95,7 +95,7 @@ class NodeLeader:
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
-            elif left == 1 and not feed.left_of(batch) and batch in sums and batch not in ahead and not ended(batch):
+            elif left == 1 and not feed.left_of(batch) and _may_go_ahead(sums, ahead, batch, feed) and not ended(batch):
                 # One match of the batch still plays here and no more will come: what is
                 # summed goes ahead, so that the last hand-over carries one match, not the
                 # node's sum (its transfer and its addition were most of an update's end).
@@ -159,6 +159,18 @@ class NodeLeader:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _may_go_ahead(
+    sums: dict[int, tuple[ExactSum, list[int]]], ahead: dict[int, Any], batch: int, feed: QueueFeed
+) -> bool:
+    """Whether the node's sum of the batch may go ahead of its last match here: there is
+    one, none went yet, and with that match in it, it would not be the whole batch. A
+    node that plays every match of a batch sends its sum once, rounded (WholeBatch: half
+    the bytes of a sum ahead, and nothing for the reducer to add); sent ahead, that sum
+    held back the last match's result whenever it ended meanwhile: 5-39 ms at 1x64
+    (docs/SCALING.md)."""
+    return batch in sums and batch not in ahead and len(sums[batch][1]) + 1 != feed.sizes.get(batch)
 
 
 def _played(results: Iterator[tuple[Any, Any]], feed: QueueFeed) -> Iterator[tuple[Any, Any]]:
