@@ -56,7 +56,8 @@ class NodeLeader:
         played ("play") are summed by batch, and a batch's sum goes to the reducer as
         soon as the node holds no more of that batch's matches; while the node's last
         match of it plays, with none left to come, the sum of the others goes ahead
-        (not once it has ended: its result is next in, and one hand-over is quicker)."""
+        (not once it has ended: its result is next in, and one hand-over is quicker;
+        nor where the node plays the whole batch: its sum goes once, rounded)."""
         import ray
 
         measures = BatchMeasures()
