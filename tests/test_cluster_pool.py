@@ -210,7 +210,7 @@ def _stepping(seed: int):
 def test_a_nodes_sum_goes_ahead_of_its_last_match_only_if_it_is_part_of_the_batch():
     """A node's sum goes ahead of its last match of a batch (while that one plays) only
     where, with that match in it, it would not be the batch's whole: a node that plays
-    every match sends its sum once, rounded, as the total. None twice, none unmade."""
+    every match sends its sum once, rounded, as the total. Never twice, nor with no sum."""
     from pgpong.pool.feed import QueueFeed
     from pgpong.pool.leader import _may_go_ahead
     from pgpong.pool.sums import ExactSum
