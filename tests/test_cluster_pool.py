@@ -237,11 +237,11 @@ def test_the_trainers_squares_check_the_reducers_step_without_summing_the_weight
     mine = (squared_norm(weights.W1), squared_norm(weights.W2))
     summed = []
 
-    def squares_of(w):
+    def squared_norms(w):
         summed.append(w)
         return mine
 
-    monkeypatch.setattr(ahead, "squares_of", squares_of)
+    monkeypatch.setattr(ahead, "squared_norms", squared_norms)
     side = ahead.Ahead()
     for batch, given in [(3, mine), (4, None)]:
         side._stepped[batch] = (mine, 12.5)

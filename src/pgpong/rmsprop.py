@@ -94,7 +94,7 @@ class RMSProp:
         if not self.max_update_norm:
             self.last_update_norm = self._update_norm()
         self._updates = []
-        self.weight_squares = (squared_norm(weights.W1), squared_norm(weights.W2))
+        self.weight_squares = squared_norms(weights)
 
     def _update_norm(self) -> float:
         squares = 0.0
@@ -173,6 +173,12 @@ def _add_columns(w, update, clip):
             w[h, j] = wi
             bad |= not abs(wi) <= big
     return not bad
+
+
+def squared_norms(weights: Params) -> tuple[float, float]:
+    """W1's and W2's squared norms, as the step sums them (so two sums of the same
+    weights compare equal to the bit)."""
+    return squared_norm(weights.W1), squared_norm(weights.W2)
 
 
 def squared_norm(array: np.ndarray) -> float:

@@ -25,7 +25,7 @@ from pgpong.policy import Params
 from pgpong.pool.base import PoolError, StepPlan
 from pgpong.pool.reducer import StepOrder, Stepped, Total
 from pgpong.pool.worker import StoredWeights
-from pgpong.rmsprop import squared_norm
+from pgpong.rmsprop import squared_norms
 
 STEPPED_AHEAD = "stepped ahead"  # the queue's count of the batches it published with the reducer's step
 
@@ -80,7 +80,7 @@ class Ahead:
         self.check()
         if batch in self._stepped:
             expected, when = self._stepped.pop(batch)
-            if (squares or squares_of(weights)) != expected:
+            if (squares or squared_norms(weights)) != expected:
                 self._wrong = f"the weights the reducer stepped to for batch {batch} are not the trainer's (a bug)"
                 self.check()
             return when
@@ -94,8 +94,3 @@ class Ahead:
 
     def clear(self) -> None:
         self._stepped = {}
-
-
-def squares_of(weights: Params) -> tuple[float, float]:
-    """The weights' squared norms, as RMSProp.step sums them."""
-    return squared_norm(weights.W1), squared_norm(weights.W2)
