@@ -77,7 +77,8 @@ def assert_same_state(state, reference):
 @pytest.mark.slow
 def test_each_leaders_run_is_given_the_report_cadence_of_so_many_leaders():
     """placement.report_seconds: every 0.5 s up to 16 leaders, then less often (checked
-    there); here, that a leader's run is told the cadence for the cluster's leaders."""
+    there); here, that a leader's run is told the cadence for the cluster's leaders, and
+    whether it is the only one."""
 
     class Leader:
         class run:  # noqa: N801 (a Ray actor method's shape: leader.run.remote(...))
@@ -87,9 +88,10 @@ def test_each_leaders_run_is_given_the_report_cadence_of_so_many_leaders():
 
     pool = ClusterPool.__new__(ClusterPool)  # (its fields that _call reads; no Ray)
     pool._queue, pool._reducer, pool._here = "queue", "reducer", "node"
-    for leaders, cadence in [(3, 0.5), (16, 0.5), (110, 110 / 32)]:
+    for leaders, cadence in [(1, 0.5), (3, 0.5), (16, 0.5), (110, 110 / 32)]:
         pool._leaders = {Leader(): 18 for _ in range(leaders)}
-        assert pool._call(next(iter(pool._leaders)), 7) == ("queue", "reducer", 7, "node", cadence)
+        alone = leaders == 1  # (the only leader takes the trainer's step: test_leader_step.py)
+        assert pool._call(next(iter(pool._leaders)), 7) == ("queue", "reducer", 7, "node", cadence, alone)
 
 
 def test_same_weights_without_ray_on_one_node_and_on_three_nodes(tmp_path, three_leaders, reference, reference_dir):

@@ -1,6 +1,7 @@
 """The reducer's books (pool/reducer.py), without Ray: a batch's total is the exact sum
 of the nodes' parts, given once every match is in; a lost node's later parts and a
-cancelled batch's are refused."""
+cancelled batch's are refused; the step on a total is claimed by the only leader once,
+or left to the reducer."""
 
 import asyncio
 
@@ -9,7 +10,7 @@ import pytest
 
 from pgpong.policy import Params
 from pgpong.pool.base import BatchMeasures, BatchResult
-from pgpong.pool.reducer import NodeShare, Reducer, WholeBatch
+from pgpong.pool.reducer import NodeShare, Reducer, StepOrder, StepTaken, WholeBatch
 from pgpong.pool.sums import ExactSum, IntegerGradient
 from test_sums import H, random_gradients
 
@@ -124,5 +125,84 @@ def test_a_nodes_sum_of_the_whole_batch_is_the_total_as_it_came_and_comes_alone(
         assert await reducer.add(3, 0, WholeBatch(node_sum.rounded(), 6), list(range(6)), NodeShare(8, 0.0))
         with pytest.raises(ValueError, match="after a node's sum of the whole batch"):
             await reducer.add(3, 1, IntegerGradient.of(grads[0]), [0], NodeShare(1, 0.0))
+
+    asyncio.run(scenario())
+
+
+ORDER = StepOrder(("a test", 4), 0.01, 0.9, None, None, None)  # (no weights: the reducer's copy is not of its state)
+
+
+def test_the_only_leader_claims_the_step_once_and_its_word_on_it_is_the_reducers_answer():
+    """The claim waits for the trainer's order, and gets it once; the leader's sum of the
+    whole batch comes with its word on the step it took, which is what the reducer
+    answers the trainer: it takes no step of its own, nor keeps the order."""
+
+    async def scenario():
+        reducer, grads = Reducer(), random_gradients(3, seed=7)
+        node_sum = ExactSum(H)
+        for grad in grads:
+            node_sum.add(grad)
+        await reducer.open(1, 3)
+        claim = asyncio.ensure_future(reducer.claim(1))
+        await asyncio.sleep(0.01)
+        assert not claim.done()  # no order yet
+        stepped = asyncio.ensure_future(reducer.step_ahead(None, [1], ORDER, 2))
+        assert await asyncio.wait_for(claim, 5) == (ORDER, 2)
+        assert await reducer.claim(1) is None  # once
+        taken = StepTaken(("a test", 5), (1.5, 2.5))
+        assert await reducer.add(1, 0, WholeBatch(node_sum.rounded(), 3), [0, 1, 2], NodeShare(3, 0.0), taken)
+        answer = await asyncio.wait_for(stepped, 5)
+        assert (answer.batch, answer.state, answer.squares) == (2, ("a test", 5), (1.5, 2.5))
+        assert np.array_equal(answer.total.grad.W1_columns, node_sum.rounded().W1_columns)
+        assert await reducer.stepped_by_leaders() == 1 and reducer.mirror.weights is None  # no step here
+        assert reducer.orders == {} and reducer.claimed == {}
+
+    asyncio.run(scenario())
+
+
+def test_a_claim_gets_no_step_where_there_is_none_or_the_reducer_has_it():
+    """None for a batch collected without a step, cancelled, in two parts (--lag-share),
+    or summed here in part before the claim came (a word on a step then is not taken).
+    Claimed, but the leader's sum came without its word (the answer was not in yet): the
+    reducer's own step (here its copy is not of the order's state: none; the trainer's
+    publish brings the weights)."""
+
+    async def scenario():
+        reducer, (first, second) = Reducer(), parts(2)
+        await reducer.open(1, 1)
+        claim = asyncio.ensure_future(reducer.claim(1))
+        assert await reducer.add(1, 0, first, [0], NodeShare(1, 0.0))
+        await reducer.result([1])  # collected without a step
+        assert await asyncio.wait_for(claim, 5) is None
+
+        await reducer.open(2, 1)
+        claim = asyncio.ensure_future(reducer.claim(2))
+        await reducer.forget(2)
+        assert await asyncio.wait_for(claim, 5) is None
+
+        await reducer.open(3, 1)
+        await reducer.open(4, 1)
+        stepped = asyncio.ensure_future(reducer.step_ahead(None, [3, 4], ORDER, 5))
+        claim = asyncio.ensure_future(reducer.claim(3))
+        assert await reducer.add(3, 0, first, [0], NodeShare(1, 0.0))
+        assert await reducer.add(4, 0, second, [0], NodeShare(1, 0.0))
+        assert await asyncio.wait_for(claim, 5) is None
+        assert (await asyncio.wait_for(stepped, 5)).squares is None
+
+        await reducer.open(6, 2)
+        assert await reducer.add(6, 0, first, [0], None)  # a sum ahead of the node's last match
+        stepped = asyncio.ensure_future(reducer.step_ahead(None, [6], ORDER, 7))
+        assert await asyncio.wait_for(reducer.claim(6), 5) is None
+        assert await reducer.add(6, 0, second, [1], NodeShare(1, 0.0), StepTaken(("a test", 5), (1.0, 1.0)))
+        answer = await asyncio.wait_for(stepped, 5)
+        assert answer.state is None and answer.squares is None  # not the word nobody asked for
+
+        await reducer.open(8, 1)
+        stepped = asyncio.ensure_future(reducer.step_ahead(None, [8], ORDER, 9))
+        assert await asyncio.wait_for(reducer.claim(8), 5) == (ORDER, 9)
+        assert await reducer.add(8, 0, first, [0], NodeShare(1, 0.0))  # without the leader's word
+        answer = await asyncio.wait_for(stepped, 5)
+        assert answer.state is None and answer.squares is None
+        assert await reducer.stepped_by_leaders() == 0 and reducer.orders == {} and reducer.claimed == {}
 
     asyncio.run(scenario())

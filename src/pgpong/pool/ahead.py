@@ -2,7 +2,10 @@
 cluster's reducer takes it on the batch's total and gives the weights it makes to the
 queue for the next batch, which then starts without a trip through the driver and
 back (the driver's wait, its step, its 5 MB to the queue: about 30 ms an update here),
-nor the total's through the queue (pool/reducer.py: Mirror).
+nor the total's through the queue (pool/reducer.py: Mirror). Where the cluster has one
+leader, which plays every match, that leader claims the step from the reducer and
+takes it on its own sum, with a copy of its own (pool/leader.py: OwnStep); the state
+the driver follows is then the leader's copy's.
 
 The trainer says, as it collects a batch, what its step will be (StepPlan: the
 settings, the weights and cache it holds, the announced batch to play the result).

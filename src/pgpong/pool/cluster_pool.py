@@ -382,7 +382,8 @@ class ClusterPool:
         """The queue's reports: (batch, node number, positions, their stats or results). (A hook for tests.)"""
 
     def _call(self, leader: Any, number: int) -> Any:
-        return leader.run.remote(self._queue, self._reducer, number, self._here, report_seconds(len(self._leaders)))
+        cadence, alone = report_seconds(len(self._leaders)), len(self._leaders) == 1  # (alone: leader.OwnStep)
+        return leader.run.remote(self._queue, self._reducer, number, self._here, cadence, alone)
 
     def _lost(self, leader: Any, exc: BaseException) -> None:
         """Close a lost leader: its matches not in a sum go back to the queue (those its

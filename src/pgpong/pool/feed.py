@@ -6,6 +6,7 @@ matches wait for their weights."""
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 from pgpong.pool.base import Job
@@ -38,6 +39,7 @@ class QueueFeed:
         self.sizes: dict[int, int] = {}  # the matches of each batch in `jobs`
         self.held: Counter[int] = Counter()  # matches of each batch received and not yet played (the leader counts)
         self.dropped: set[int] = set()  # batches this node holds matches of that are no longer in play
+        self.on_job: Callable[[int, Job], None] | None = None  # told of each batch as its job comes (leader.py)
         self._request: Any = None
         self._to_come: dict[Any, int] = {}  # the calls for announced batches' weights not yet answered -> batch
         self._empty = False  # the last answer was empty
@@ -120,6 +122,9 @@ class QueueFeed:
             del self.jobs[batch]
             self.sizes.pop(batch, None)
         self.dropped = set(self.held) - set(answer.in_play)
+        if self.on_job is not None:
+            for batch, job in answer.jobs.items():
+                self.on_job(batch, job)
         return [((batch, position), episode) for batch, position, episode in given]
 
     def _ready(self, batch: int, job: Job) -> Job:

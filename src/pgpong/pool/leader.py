@@ -4,10 +4,13 @@ the queue hands it on them (a RayPool, with everything it does about dead and st
 workers), sums them exactly by batch, and gives each batch's node sum to the reducer
 with its workers' idle time (the sum of all but its last match ahead of it, while that
 one plays). Its run goes on from batch to batch: with nothing to do
-it waits in the queue for the next batch."""
+it waits in the queue for the next batch. The cluster's only leader plays every match
+of a batch, and takes the trainer's step on its sum itself (OwnStep), as the reducer
+would: the weights go out without the sum's trip there first."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -16,13 +19,14 @@ from typing import Any
 
 from pgpong.placement import REPORT_SECONDS
 from pgpong.policy import EpisodeGradient
-from pgpong.pool.base import BatchMeasures, Limits, WorkerSettings, kept_for_life
+from pgpong.pool.base import BatchMeasures, Job, Limits, WorkerSettings, kept_for_life
 from pgpong.pool.columns import Finished, by_batch
 from pgpong.pool.feed import QueueFeed
+from pgpong.pool.queue import COPY_SECONDS
 from pgpong.pool.ray_pool import RayPool
-from pgpong.pool.reducer import NodeShare, WholeBatch
+from pgpong.pool.reducer import Mirror, NodeShare, StepTaken, WholeBatch
 from pgpong.pool.sums import SUMMING, ExactSum, IntegerGradient, Played
-from pgpong.pool.worker import Skipped, WorkerKind
+from pgpong.pool.worker import Skipped, WorkerKind, publish
 
 
 @dataclass
@@ -41,6 +45,7 @@ class NodeLeader:
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self.pool = RayPool(settings, workers, kind=kind, node_id=self.node_id, limits=limits)
+        self.own_step = OwnStep()
         kept_for_life()
 
     def ready(self) -> tuple[str, int]:
@@ -48,7 +53,13 @@ class NodeLeader:
         return self.node_id, self.pool.num_workers
 
     def run(
-        self, queue: Any, reducer: Any, node: int, queue_node: str = "", report_s: float = REPORT_SECONDS
+        self,
+        queue: Any,
+        reducer: Any,
+        node: int,
+        queue_node: str = "",
+        report_s: float = REPORT_SECONDS,
+        only_leader: bool = False,
     ) -> NodeDone:
         """Play matches from the queue on this node's workers, of whichever batch it
         hands out, until the queue stops (it waits there for the next batch), telling
@@ -57,7 +68,10 @@ class NodeLeader:
         soon as the node holds no more of that batch's matches; while the node's last
         match of it plays, with none left to come, the sum of the others goes ahead
         (not once it has ended: its result is next in, and one hand-over is quicker;
-        nor where the node plays the whole batch: its sum goes once, rounded)."""
+        nor where the node plays the whole batch: its sum goes once, rounded). The
+        cluster's `only_leader` claims the step on each batch it is handed (Reducer.claim),
+        and takes it on its sum of the batch if that is the whole and the claim is
+        answered by then (else the reducer takes it)."""
         import ray
 
         measures = BatchMeasures()
@@ -67,12 +81,13 @@ class NodeLeader:
         ahead: dict[int, Any] = {}  # batch -> the reducer's answer to the sum sent ahead of its last match here
         alone: dict[int, tuple[EpisodeGradient, list[int]]] = {}  # batch -> that last match, once played
         finished: Finished = []  # (batch, position, stats or result) not yet reported
+        claims = _claims(feed, reducer, only_leader)  # batch -> the reducer's answer to the claim of its step
         last = time.monotonic()
         ended = lambda batch: self.pool.ended(lambda key: key[0] == batch)  # noqa: E731
         for (batch, position), result in _played(self.pool.run(deque(), feed.job, measures=measures, feed=feed), feed):
             left = feed.done(batch)
             for gone in feed.dropped:  # cancelled: its sums are of no use
-                for held in (sums, ahead, alone):
+                for held in (sums, ahead, alone, claims):
                     held.pop(gone, None)
             if isinstance(result, Played):
                 if batch in ahead and batch not in sums and not left:  # no sum to add it to: it goes as it is
@@ -90,9 +105,8 @@ class NodeLeader:
                 part = alone.pop(batch, None) or sums.pop(batch, None)
                 if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
-                    added = self._hand_over(
-                        reducer, batch, node, part[0], part[1], measures, share, feed.sizes.get(batch)
-                    )
+                    size, claim = feed.sizes.get(batch), claims.pop(batch, None)
+                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share, size, claim, queue)
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
@@ -130,28 +144,38 @@ class NodeLeader:
         measures: BatchMeasures,
         share: NodeShare | None,
         size: int | None,
+        claim: Any = None,
+        queue: Any = None,
     ) -> Any:
         """The node's sum of the batch's matches at `summed` (or the one match's
         gradient) to the reducer; with `share` (its workers and their idle time) it is
         the node's last of the batch and carries the leader's phases since its last.
         A sum of every match of the batch (its `size`, as the queue said) goes rounded
-        to float32: it is the batch's total.
+        to float32: it is the batch's total, and with `claim` (the reducer's answer to
+        this leader's claim of the step on it) the step is taken on it first, its weights
+        given to the `queue` (OwnStep); this leader's word on it goes with the sum.
         The reducer's answer, to wait on."""
         import ray
 
         began = time.perf_counter()
         sent: IntegerGradient | EpisodeGradient | WholeBatch
+        taken = None
         if isinstance(part, EpisodeGradient):
             sent = part
         elif len(summed) == size:  # (the node played every match of the batch)
             sent = WholeBatch(part.rounded(), part.matches)
+            if claim is not None:
+                stepping = time.perf_counter()
+                taken = self.own_step.take(claim, sent.grad, queue)
+                measures.add_seconds("take the step", time.perf_counter() - stepping)
+                began += time.perf_counter() - stepping  # (not the sum's sending)
         else:
             sent = part.compact()
         if isinstance(part, ExactSum):
             measures.add_seconds(SUMMING, part.seconds)
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
-        added = reducer.add.remote(batch, node, ray.put(sent), summed, share)
+        added = reducer.add.remote(batch, node, ray.put(sent), summed, share, taken)
         measures.add_seconds("send the sum", time.perf_counter() - began)
         return added
 
@@ -160,6 +184,65 @@ class NodeLeader:
 
     def close(self) -> None:
         self.pool.close()
+
+
+class OwnStep:
+    """The trainer's step on a batch's total, taken by the cluster's only leader, which
+    played every match of it and claimed the step (Reducer.claim): its copy of the
+    trainer's weights and cache (a Mirror, as the reducer's, to the same bits), and the
+    weights the step makes given to the queue for the next batch."""
+
+    def __init__(self) -> None:
+        self.mirror = Mirror()
+
+    def take(self, claim: Any, total: EpisodeGradient, queue: Any) -> StepTaken | None:
+        """The step the reducer's answer to the claim says, taken on `total`, and the new
+        weights published; what this leader then says of it. None if the answer is not
+        in yet or gives no step: the reducer takes it then, if any."""
+        import ray
+
+        if not ray.wait([claim], timeout=0)[0]:
+            return None
+        try:
+            claimed = ray.get(claim)
+            if claimed is None:
+                return None
+            order, batch = claimed
+            start = (
+                None
+                if order.weights is None or order.cache is None
+                else ray.get([order.weights.ref, order.cache.ref], timeout=COPY_SECONDS)
+            )
+            made = self.mirror.step(total, order, start)
+            if made is None:
+                return StepTaken(self.mirror.state, None)
+            answer = queue.publish_stepped.remote(batch, publish(made[0])[0])
+            made[1].measure(made[0])  # (the norms while the weights go out: the next batch waits for them)
+            published = ray.get(answer, timeout=COPY_SECONDS)
+        except ray.exceptions.RayError:  # (the store full, say): the trainer's publish brings the weights
+            self.mirror.state = None
+            return StepTaken(None, None)
+        return StepTaken(self.mirror.state, made[1].weight_squares if published else None)
+
+
+def _claims(feed: QueueFeed, reducer: Any, only_leader: bool) -> dict[int, Any]:
+    """The only leader's claims of the steps on the batches it plays, each made as the
+    batch's first matches come to the node (QueueFeed.on_job): while the batch before
+    plays, for the next batch, announced."""
+    claims: dict[int, Any] = {}
+    if only_leader:
+        feed.on_job = functools.partial(_claim, claims, reducer, feed.jobs)
+    return claims
+
+
+def _claim(claims: dict[int, Any], reducer: Any, jobs: dict[int, Job], batch: int, job: Job) -> None:
+    """The batch's first matches have come to the node (its `job` with them: QueueFeed):
+    the claim of the trainer's step on it (Reducer.claim), unless it is one to evaluate,
+    which has no step. Those of batches the node no longer knows (cancelled) are let go."""
+    for gone in [known for known in claims if known not in jobs]:
+        del claims[gone]
+    if job[0] == "play":
+        claims[batch] = reducer.claim.remote(batch)
 
 
 def _may_go_ahead(

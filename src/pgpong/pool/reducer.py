@@ -4,11 +4,14 @@ batch's total once every match of it is in. The driver receives that one array,
 whatever the batch and the nodes, with what the nodes said of their share: their
 workers' idle time at the batch's end, and their leaders' phases. When the trainer
 says its next step, the reducer takes it on the total and gives the weights it makes
-to the queue for the next batch (ahead.py)."""
+to the queue for the next batch (ahead.py); or, where the cluster's only leader plays
+every match of the batch, it hands the step to that leader, which takes it on the sum
+it made (claim)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections import Counter
@@ -103,6 +106,16 @@ class StepOrder:
     cache: StoredWeights | None
 
 
+@dataclass(frozen=True)
+class StepTaken:
+    """A leader's word, with its sum of a batch it claimed, on the step it took: the state
+    its copy holds now (None: unknown), and the new weights' squared norms if the queue
+    published them."""
+
+    state: tuple[str, int] | None
+    squares: tuple[float, float] | None
+
+
 @dataclass
 class Stepped:
     """The reducer's answer with a step: the batch's total, the state its copy holds
@@ -156,6 +169,9 @@ class Reducer:
         self.ahead = Counter[int]()  # node -> its sums added so far that were sent ahead of its last of a batch
         self.wholes = Counter[int]()  # node -> the batches it played whole, their sums rounded there
         self.mirror = Mirror()  # the trainer's weights and cache, to step ahead of it
+        self.orders: dict[int, tuple[StepOrder, int]] = {}  # batch -> the step on its total, the batch to play it
+        self.claimed: dict[int, StepTaken | None] = {}  # batch -> its leader's step, once its sum came
+        self.leader_steps = 0  # the steps leaders took and published
         self._news = asyncio.Condition()
         self._stepping = asyncio.Lock()  # (one step at a time)
 
@@ -169,14 +185,19 @@ class Reducer:
         part: IntegerGradient | EpisodeGradient | WholeBatch,
         positions: list[int],
         share: NodeShare | None,
+        taken: StepTaken | None = None,
     ) -> bool:
         """Add `node`'s sum (of the matches at `positions`: all it played of the batch,
-        or those it sent ahead of its last, without `share`); False if the batch is over
-        or the node was declared lost meanwhile (its matches are being played again)."""
+        or those it sent ahead of its last, without `share`; with `taken`, the step its
+        leader took on it, claimed); False if the batch is over or the node was declared
+        lost meanwhile (its matches are being played again)."""
         summing = self.batches.get(batch)
         if summing is None or node in summing.closed:
             return False
         summing.add(part)
+        if taken is not None and batch in self.claimed:
+            self.claimed[batch] = taken
+            self.leader_steps += taken.squares is not None
         self.ahead[node] += share is None
         self.wholes[node] += isinstance(part, WholeBatch)
         summing.counted.setdefault(node, []).extend(positions)
@@ -192,6 +213,35 @@ class Reducer:
 
     async def sent_whole(self) -> dict[int, int]:
         return dict(self.wholes)
+
+    async def stepped_by_leaders(self) -> int:
+        return self.leader_steps
+
+    async def claim(self, batch: int) -> tuple[StepOrder, int] | None:
+        """The trainer's step on `batch`'s total and the batch to play the weights it
+        makes, for the cluster's only leader, which plays every match of it, to take on
+        its own sum once that is made, then give the weights to the queue and its sum
+        here (with StepTaken): the weights go out without the sum's trip here first.
+        Asked as the leader is handed the batch, answered once the trainer says its
+        step. None if the batch is over first (collected without a step, or cancelled),
+        is in two parts (--lag-share), claimed, or summed here in part already: the step
+        is then the reducer's (step_ahead). Where the trainer's order brings no weights
+        and the reducer's copy is of its state (the reducer took the last step), the
+        answer brings that copy."""
+        async with self._news:
+            await self._news.wait_for(lambda: batch in self.orders or batch not in self.batches)
+        summing = self.batches.get(batch)
+        if summing is None or batch not in self.orders or batch in self.claimed:
+            return None
+        if summing.total is not None or summing.whole is not None:
+            return None
+        self.claimed[batch] = None  # (None until the leader's sum comes with its step)
+        order, to_play = self.orders[batch]
+        weights, cache = self.mirror.weights, self.mirror.cache
+        if order.weights is None and self.mirror.state == order.state and weights is not None and cache is not None:
+            # the reducer took the step before: the leader starts from its copy
+            order = dataclasses.replace(order, weights=StoredWeights.of(weights), cache=StoredWeights.of(cache))
+        return order, to_play
 
     async def cpu_seconds(self) -> float:
         """This process's CPU time so far (bench follows the reducer's share of an update)."""
@@ -223,6 +273,8 @@ class Reducer:
             if batch not in self.batches:
                 raise KeyError(f"batch {batch} was cancelled")
         summings = [self.batches.pop(batch) for batch in parts]
+        async with self._news:  # (a claim waiting for one of them: they are over here)
+            self._news.notify_all()
         grad = functools.reduce(added, [summing.rounded() for summing in summings])
         now, seconds = time.monotonic(), Counter[str]()
         for summing in summings:
@@ -237,8 +289,20 @@ class Reducer:
         """The total of the batch played as `parts` (result()), and the trainer's next
         step taken on it here: the weights it makes go to the queue at once, for the
         announced `batch` (if it still waits for them). Here, not in the queue: the
-        total does not travel first, and the queue's calls go on meanwhile."""
-        total = await self.result(parts)
+        total does not travel first, and the queue's calls go on meanwhile. Unless the
+        leader that played it whole claimed the step and took it (claim): then its word."""
+        if len(parts) == 1:
+            self.orders[parts[0]] = (order, batch)
+            async with self._news:
+                self._news.notify_all()
+        try:
+            total = await self.result(parts)
+            taken = self.claimed.get(parts[0])
+        finally:
+            self.orders.pop(parts[0], None)
+            self.claimed.pop(parts[0], None)
+        if taken is not None:
+            return Stepped(batch, total, taken.state, taken.squares)
         async with self._stepping:
             try:
                 start = (
@@ -256,7 +320,7 @@ class Reducer:
                 return Stepped(batch, total, None, None)
 
     async def forget(self, batch: int) -> None:
-        """The batch is cancelled: a result() waiting for it raises."""
+        """The batch is cancelled: a result() waiting for it raises, a claim() gets None."""
         self.batches.pop(batch, None)
         async with self._news:
             self._news.notify_all()
