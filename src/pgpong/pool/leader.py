@@ -71,7 +71,8 @@ class NodeLeader:
         nor where the node plays the whole batch: its sum goes once, rounded). The
         cluster's `only_leader` claims the step on each batch it is handed (Reducer.claim),
         and takes it on its sum of the batch if that is the whole and the claim is
-        answered by then (else the reducer takes it)."""
+        answered by then (else the reducer takes it), before the batch's last stats go
+        to the queue: the next batch waits for the weights, not for those."""
         import ray
 
         measures = BatchMeasures()
@@ -100,13 +101,14 @@ class NodeLeader:
                     summed.append(position)
                 result = result.stats
             finished.append((batch, position, result))
-            if not left:  # its last match here: the batch's stats, then its sum, leave now
-                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it
+            if not left:  # its last match here: the step on the batch (if this leader takes it), its stats, its sum
                 part = alone.pop(batch, None) or sums.pop(batch, None)
+                sent = self._sendable(part, feed.sizes.get(batch), measures)
+                taken = self._step(sent, claims.pop(batch, None), queue, measures)  # (the next batch waits for it)
+                finished, last = self._report(queue, node, finished), time.monotonic()  # before the sum completes it
                 if part is not None:
                     share = NodeShare(self.pool.num_workers, self.pool.idle_seconds())
-                    size, claim = feed.sizes.get(batch), claims.pop(batch, None)
-                    added = self._hand_over(reducer, batch, node, part[0], part[1], measures, share, size, claim, queue)
+                    added = self._hand_over(reducer, batch, node, sent, part[1], measures, share, taken)
                     began = time.perf_counter()
                     ray.get([*([ahead.pop(batch)] if batch in ahead else []), added])
                     measures.add_seconds("send the sum", time.perf_counter() - began)
@@ -120,7 +122,9 @@ class NodeLeader:
                 # Their stats first: were the node lost, the matches in its sums would not
                 # be played again, and the driver must have heard of them.
                 finished, last = self._report(queue, node, finished), time.monotonic()
-                ahead[batch] = self._hand_over(reducer, batch, node, *sums.pop(batch), measures, None, None)
+                part = sums.pop(batch)
+                sent = self._sendable(part, None, measures)
+                ahead[batch] = self._hand_over(reducer, batch, node, sent, part[1], measures)
             elif time.monotonic() - last > report_s:
                 queue.report.remote(node, by_batch(finished), self.pool.replaced)
                 finished, last = [], time.monotonic()
@@ -134,45 +138,53 @@ class NodeLeader:
         ray.get(queue.report.remote(node, by_batch(finished), self.pool.replaced))
         return []
 
+    def _sendable(
+        self, part: tuple[ExactSum | EpisodeGradient, list[int]] | None, size: int | None, measures: BatchMeasures
+    ) -> IntegerGradient | EpisodeGradient | WholeBatch | None:
+        """What goes to the reducer of the node's sum of a batch (`part`: the sum and its
+        matches' positions; or one match's gradient, which goes as it is): a sum of
+        every match of the batch (its `size`, as the queue said) rounded to float32, as
+        the batch's total; another, its fixed point, compacted."""
+        if part is None:
+            return None
+        began, (total, summed) = time.perf_counter(), part
+        if isinstance(total, EpisodeGradient):
+            return total
+        measures.add_seconds(SUMMING, total.seconds)
+        sent = WholeBatch(total.rounded(), total.matches) if len(summed) == size else total.compact()
+        measures.add_seconds("send the sum", time.perf_counter() - began)
+        return sent
+
+    def _step(self, sent: Any, claim: Any, queue: Any, measures: BatchMeasures) -> StepTaken | None:
+        """The trainer's step on the batch's total, `sent` (a WholeBatch), if this leader
+        claimed it (`claim`: the reducer's answer), taken here and its weights given to
+        the `queue` (OwnStep) before the node's stats and sum leave: the next batch waits
+        for them, not for those. This leader's word on it, for the reducer."""
+        if claim is None or not isinstance(sent, WholeBatch):
+            return None
+        began = time.perf_counter()
+        taken = self.own_step.take(claim, sent.grad, queue)
+        measures.add_seconds("take the step", time.perf_counter() - began)
+        return taken
+
     def _hand_over(
         self,
         reducer: Any,
         batch: int,
         node: int,
-        part: ExactSum | EpisodeGradient,
+        sent: Any,
         summed: list[int],
         measures: BatchMeasures,
-        share: NodeShare | None,
-        size: int | None,
-        claim: Any = None,
-        queue: Any = None,
+        share: NodeShare | None = None,
+        taken: StepTaken | None = None,
     ) -> Any:
-        """The node's sum of the batch's matches at `summed` (or the one match's
-        gradient) to the reducer; with `share` (its workers and their idle time) it is
-        the node's last of the batch and carries the leader's phases since its last.
-        A sum of every match of the batch (its `size`, as the queue said) goes rounded
-        to float32: it is the batch's total, and with `claim` (the reducer's answer to
-        this leader's claim of the step on it) the step is taken on it first, its weights
-        given to the `queue` (OwnStep); this leader's word on it goes with the sum.
-        The reducer's answer, to wait on."""
+        """The node's sum of the batch's matches at `summed` (`sent`, _sendable's) to the
+        reducer; with `share` (its workers and their idle time) it is the node's last of
+        the batch and carries the leader's phases since its last, and `taken`, this
+        leader's word on the step it took on it. The reducer's answer, to wait on."""
         import ray
 
         began = time.perf_counter()
-        sent: IntegerGradient | EpisodeGradient | WholeBatch
-        taken = None
-        if isinstance(part, EpisodeGradient):
-            sent = part
-        elif len(summed) == size:  # (the node played every match of the batch)
-            sent = WholeBatch(part.rounded(), part.matches)
-            if claim is not None:
-                stepping = time.perf_counter()
-                taken = self.own_step.take(claim, sent.grad, queue)
-                measures.add_seconds("take the step", time.perf_counter() - stepping)
-                began += time.perf_counter() - stepping  # (not the sum's sending)
-        else:
-            sent = part.compact()
-        if isinstance(part, ExactSum):
-            measures.add_seconds(SUMMING, part.seconds)
         if share is not None:
             share.seconds, measures.seconds = measures.seconds, {}
         added = reducer.add.remote(batch, node, ray.put(sent), summed, share, taken)
