@@ -16,8 +16,8 @@ from pgpong.pool.local import LocalPool
 from pgpong.rmsprop import RMSProp
 from pgpong.rollout import EpisodeId
 
-# Matches of 400 steps (about 0.1 s): the claim is answered while the batch plays.
-WORKERS = WorkerSettings("ALE/Pong-v5", 400, entropy_bonus=TrainConfig().entropy_bonus)
+# Matches of up to 1,000 steps (about 0.2 s): the claim is answered long before a batch ends.
+WORKERS = WorkerSettings("ALE/Pong-v5", 1000, entropy_bonus=TrainConfig().entropy_bonus)
 
 
 @pytest.mark.slow
