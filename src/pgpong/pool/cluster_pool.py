@@ -18,7 +18,7 @@ another node copies them into its store if they came with the batch, not if late
 The next batch is added to the queue before this one is collected. Without a lag it
 is announced, without weights: its matches are handed out as workers free up, and
 each worker given one calls for it at once and waits in that call for the weights,
-which the reducer makes from this batch's total when the trainer says its step
+which the reducer (or the only leader) makes from this batch's total on the trainer's step
 (ahead.py; the trainer's publish then checks them; else it brings them), so the
 batch starts without a trip through the driver, nor a Ray call per match. With --lag
 1 it is submitted with its weights (submit, then collect): a worker that finishes

@@ -6,9 +6,9 @@ times a batch.
 WorkQueue is a small threaded Ray actor (no CPU of its own, next to the driver). The driver
 adds a batch to it (with what to do with its matches and the weights to play them
 with, which the queue publishes, so that it owns them, not the driver); two batches
-are in it: this one and the next, announced without weights (the reducer makes them
-from this batch's total, taking the trainer's step ahead of it, and the queue
-publishes them: ahead.py; the leaders' workers wait for them in their calls, so no
+are in it: this one and the next, announced without weights (the reducer, or the
+only leader, makes them from this batch's total, taking the trainer's step ahead of
+it, and the queue publishes them: ahead.py; the leaders' workers wait for them in their calls, so no
 Ray call per match as the batch starts), or with --lag 1 added with its weights, to start
 while the last matches of this one play. Each node's leader asks it for as
 many matches as its node has free workers (twice as many while the queue holds at
@@ -149,8 +149,9 @@ class WorkQueue:
         return self._publish(batch, copied(weights))  # (the copy made while the nodes' calls go on)
 
     def publish_stepped(self, batch: int, published: PublishedWeights) -> bool | None:
-        """The weights the reducer's step made for an announced batch (ahead.py), in the
-        store by the reducer, which owns them: published as they are, and counted."""
+        """The weights the reducer's step made for an announced batch (ahead.py), or the
+        only leader's (leader.OwnStep), in the store by it, which owns them: published
+        as they are, and counted."""
         return self._publish(batch, published, ahead=True)
 
     @_locked
