@@ -301,8 +301,13 @@ class Reducer:
         finally:
             self.orders.pop(parts[0], None)
             self.claimed.pop(parts[0], None)
-        if taken is not None:
-            return Stepped(batch, total, taken.state, taken.squares)
+        if taken is None:  # (not claimed, or the leader's word did not come: the step is taken here)
+            taken = await self._step(total.grad, order, queue, batch)
+        return Stepped(batch, total, taken.state, taken.squares)
+
+    async def _step(self, total: EpisodeGradient, order: StepOrder, queue: Any, batch: int) -> StepTaken:
+        """The step `order` says, on the total, by this reducer's copy, its weights given
+        to the queue for `batch`; what then holds, as a leader would say it (leader.OwnStep)."""
         async with self._stepping:
             try:
                 start = (
@@ -310,14 +315,14 @@ class Reducer:
                     if order.weights is None or order.cache is None
                     else [await order.weights.ref, await order.cache.ref]
                 )
-                made = self.mirror.step(total.grad, order, start)
+                made = self.mirror.step(total, order, start)
                 if made is not None and await queue.publish_stepped.remote(batch, publish(made[0])[0]):
                     made[1].measure(made[0])  # (the norms once the weights are out: the next batch waits for them)
-                    return Stepped(batch, total, self.mirror.state, made[1].weight_squares)
-                return Stepped(batch, total, self.mirror.state, None)
+                    return StepTaken(self.mirror.state, made[1].weight_squares)
+                return StepTaken(self.mirror.state, None)
             except Exception:  # (the store full, say): the trainer's publish brings the weights
                 self.mirror.state = None
-                return Stepped(batch, total, None, None)
+                return StepTaken(None, None)
 
     async def forget(self, batch: int) -> None:
         """The batch is cancelled: a result() waiting for it raises, a claim() gets None."""
